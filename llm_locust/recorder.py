@@ -1,0 +1,211 @@
+"""The master's side of a run: run directory, metrics scraper and run.json, tied to Locust's lifecycle.
+
+Lifecycle (Locust events on the master or a standalone process):
+
+- ``test_start``: open the run directory, write a first ``run.json``, start the scraper.
+- ``worker_report`` / ``request`` (via :class:`~llm_locust.shipping.RecordShipper`): append rows.
+- ``quitting`` and ``quit``: stop the scraper, write the final ``run.json`` (end time, the shape's
+  steps). Both, because on Ctrl-C Locust fires ``quitting`` before the workers' last reports
+  arrive; rows are flushed as they come, so nothing measured is lost either way.
+
+``run.json`` never contains the API key: the command line is stored with ``--api-key``'s value
+replaced by ``***``.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import sys
+import time
+from importlib.metadata import PackageNotFoundError, version
+
+from llm_locust.models import first_served_model
+from llm_locust.options import add_options
+from llm_locust.prompts import load_prompts, prompt_set_sha256
+from llm_locust.rundir import RunDirectory
+from llm_locust.scraper import MetricsScraper
+from llm_locust.shipping import RecordShipper
+
+logger = logging.getLogger(__name__)
+
+REDACTED = "***"
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """Copy of ``argv`` with the value of ``--api-key`` replaced by ``***``.
+
+    >>> redact_argv(["locust", "--api-key", "sk-1", "--api-key=sk-2", "-u", "1"])
+    ['locust', '--api-key', '***', '--api-key=***', '-u', '1']
+    """
+    out, hide_next = [], False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif arg == "--api-key":
+            out.append(arg)
+            hide_next = True
+        elif arg.startswith("--api-key="):
+            out.append("--api-key=" + REDACTED)
+        else:
+            out.append(arg)
+    return out
+
+
+def _versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for package in ("llm-locust", "locust", "gevent", "sseclient-py", "prometheus_client"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+def parse_labels(pairs: list[str]) -> dict[str, str]:
+    """``["quant=awq", "gpu=a10"]`` → ``{"quant": "awq", "gpu": "a10"}``.
+
+    Raises
+    ------
+    ValueError
+        A pair without ``=``.
+    """
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--label must be KEY=VALUE, got {pair!r}")
+        labels[key] = value
+    return labels
+
+
+class RunRecorder:
+    """Writes one run directory from a master or standalone Locust process.
+
+    Parameters
+    ----------
+    environment : locust.env.Environment
+        The process's environment; ``parsed_options.run_dir`` names the folder.
+    """
+
+    def __init__(self, environment) -> None:
+        self.environment = environment
+        self.options = environment.parsed_options
+        self.labels = parse_labels(self.options.label)
+        self.run_dir: RunDirectory | None = None
+        self.scraper: MetricsScraper | None = None
+        self.meta: dict = {}
+        self.shipper = RecordShipper(environment, self._write_requests)
+        events = environment.events
+        events.test_start.add_listener(self._on_test_start)
+        events.quitting.add_listener(self._on_quitting)
+        events.quit.add_listener(self._on_quit)
+
+    def _write_requests(self, rows: list[tuple]) -> None:
+        if self.run_dir is None:
+            logger.error("records arrived before test_start; %d rows not written", len(rows))
+            return
+        self.run_dir.requests.write_rows(rows)
+
+    def metrics_urls(self) -> list[str]:
+        """Endpoints to scrape: ``--metrics-url`` (comma-separated), default ``HOST/metrics``; [] for 'none'."""
+        value = self.options.metrics_url.strip()
+        if value.lower() == "none":
+            return []
+        if value:
+            return [url.strip() for url in value.split(",") if url.strip()]
+        return [self.environment.host.rstrip("/") + "/metrics"] if self.environment.host else []
+
+    def _on_test_start(self, environment, **_kwargs) -> None:
+        if self.run_dir is not None:  # a second test in the same process (web UI restart): keep the first dir
+            return
+        self.run_dir = RunDirectory(self.options.run_dir)
+        prompts = load_prompts(self.options.prompts_file or None)
+        model = self.options.model
+        if not model and environment.host:
+            try:
+                model = first_served_model(environment.host, api_key=self.options.api_key)
+            except Exception as exc:  # the run goes on; run.json just lacks the name
+                logger.warning("could not ask the server for its model name: %s", exc)
+        self.meta = {
+            "started_at_s": time.time(),
+            "ended_at_s": None,
+            "command_line": redact_argv(sys.argv),
+            "host": environment.host,
+            "model": model,
+            "workload": {
+                "protocol": self.options.protocol,
+                "max_tokens": self.options.max_tokens,
+                "ignore_eos": self.options.ignore_eos,
+                "temperature": self.options.temperature,
+                "prompt_set_sha256": prompt_set_sha256(prompts),
+                "prompts": len(prompts),
+            },
+            "shape": {"kind": "none", "steps": []},
+            "metrics_urls": self.metrics_urls(),
+            "scrape_interval_s": self.options.scrape_interval_s,
+            "workers": [],
+            "versions": _versions(),
+            "labels": self.labels,
+        }
+        self._refresh_meta()
+        if self.meta["metrics_urls"]:
+            headers = {"Authorization": f"Bearer {self.options.api_key}"} if self.options.api_key else {}
+            self.scraper = MetricsScraper(
+                self.meta["metrics_urls"], self.options.scrape_interval_s, self.run_dir.server_metrics.write_rows, headers
+            )
+            self.scraper.start()
+
+    def _refresh_meta(self) -> None:
+        shape = self.environment.shape_class
+        if shape is not None and hasattr(shape, "describe"):
+            self.meta["shape"] = shape.describe()
+        runner = self.environment.runner
+        clients = getattr(runner, "clients", None)
+        if clients is not None:
+            seen = set(self.meta["workers"])
+            self.meta["workers"] += sorted(c.id for c in clients.all if c.id not in seen)
+        self.run_dir.write_meta(self.meta)
+
+    def _finish(self) -> None:
+        if self.run_dir is None:
+            return
+        if self.scraper is not None:
+            self.scraper.stop()
+        self.meta["ended_at_s"] = time.time()
+        self._refresh_meta()
+
+    def _on_quitting(self, environment, **_kwargs) -> None:
+        self._finish()
+
+    def _on_quit(self, exit_code, **_kwargs) -> None:
+        self._finish()
+        if self.run_dir is not None:
+            logger.info(
+                "run directory %s: %d requests, %d server samples",
+                self.run_dir.path,
+                self.run_dir.requests.rows_written,
+                self.run_dir.server_metrics.rows_written,
+            )
+            self.run_dir.close()
+
+
+def install(events) -> None:
+    """Register llm-locust with Locust: its options, and on ``init`` the recorder or the shipper.
+
+    Called once by :mod:`llm_locust.plugin` when a locustfile imports it.
+    """
+
+    @events.init_command_line_parser.add_listener
+    def _add_options(parser, **_kwargs) -> None:
+        add_options(parser)
+
+    @events.init.add_listener
+    def _on_init(environment, **_kwargs) -> None:
+        from locust.runners import WorkerRunner
+
+        if isinstance(environment.runner, WorkerRunner):
+            RecordShipper(environment, None)
+        elif environment.parsed_options is not None and environment.parsed_options.run_dir:
+            environment.llm_recorder = RunRecorder(environment)
