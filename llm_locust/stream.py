@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+from geventhttpclient.response import HTTPParseError
 from sseclient import SSEClient
 
 
@@ -56,7 +57,11 @@ def iter_body_chunks(response) -> Iterator[bytes]:
         except BaseException:
             response.release()
             raise
-        response.feed(data)
+        try:
+            response.feed(data)  # b"" tells the parser the peer closed
+        except HTTPParseError as exc:  # "Incomplete response": closed inside the HTTP message
+            response.release()
+            raise StreamClosedError(f"connection closed mid-stream ({exc})") from exc
         if not data and not buffer and not response.message_complete:
             response.release()
             raise StreamClosedError("connection closed mid-stream")

@@ -139,8 +139,8 @@ class LLMUser(FastHttpUser):
         record.headers_ms = (time.perf_counter() - t0) * 1000.0
         record.status_code = int(response.status_code or 0)
         if record.status_code != 200:
-            try:
-                detail = b"".join(iter_body_chunks(raw)).decode("utf-8", "replace")
+            try:  # geventhttpclient has read and cached the body of a non-2xx answer
+                detail = (response.content or b"").decode("utf-8", "replace")
             except (OSError, StreamClosedError) as exc:
                 detail = repr(exc)
             self._fail(record, ErrorKind.for_status(record.status_code), f"HTTP {record.status_code} {detail}", t0)

@@ -1,0 +1,47 @@
+"""Shared fixtures: processes started by tests are stopped by PID when the test ends."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+FIXTURES = REPO.parent / "shared" / "fixtures"
+
+
+@pytest.fixture
+def scripted_server(tmp_path):
+    """Factory: ``start(script) -> (base_url, process)`` for tests/scripted_server.py."""
+    processes = []
+
+    def start(script: dict) -> tuple[str, subprocess.Popen]:
+        path = tmp_path / f"script{len(processes)}.json"
+        path.write_text(json.dumps(script))
+        process = subprocess.Popen(
+            [sys.executable, str(TESTS / "scripted_server.py"), str(path)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        processes.append(process)
+        line = process.stdout.readline()
+        assert line.startswith("PORT "), line
+        return f"http://127.0.0.1:{int(line.split()[1])}", process
+
+    yield start
+    for process in processes:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def sent_times(process: subprocess.Popen) -> dict[int, float]:
+    """``{write index: time.time()}`` the scripted server printed (call after it was killed)."""
+    stamps = {}
+    for line in process.stderr.read().splitlines():
+        if line.startswith("SENT "):
+            _, index, t = line.split()
+            stamps[int(index)] = float(t)
+    return stamps
