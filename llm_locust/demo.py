@@ -60,8 +60,8 @@ def start_sim_server(*, port: int, max_num_seqs: int, log_path: Path, extra: lis
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.report import analyze_run, write_report
     from analysis.cli import print_result
+    from analysis.report import analyze_run
     from llm_locust.cli import LOCUSTFILES, default_run_dir
     from llm_locust.launcher import LocustRun, run_locust
     from llm_locust.options import parse_ladder
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if code not in (0, 1):
         print(f"locust exited with code {code}; see {run_dir / 'locust_master.log'}", file=sys.stderr)
         return code
-    result = write_report(analyze_run(run_dir))
+    result = analyze_run(run_dir)
     print_result(result)
     found = result.critical.users
     if found == args.max_num_seqs:

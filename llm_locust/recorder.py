@@ -99,6 +99,7 @@ class RunRecorder:
         self.shipper = RecordShipper(environment, self._write_requests)
         events = environment.events
         events.test_start.add_listener(self._on_test_start)
+        events.spawning_complete.add_listener(self._on_spawning_complete)
         events.quitting.add_listener(self._on_quitting)
         events.quit.add_listener(self._on_quit)
 
@@ -156,6 +157,10 @@ class RunRecorder:
                 self.meta["metrics_urls"], self.options.scrape_interval_s, self.run_dir.server_metrics.write_rows, headers
             )
             self.scraper.start()
+
+    def _on_spawning_complete(self, user_count, **_kwargs) -> None:
+        if self.run_dir is not None:  # a ladder step began: record its start in run.json now
+            self._refresh_meta()
 
     def _refresh_meta(self) -> None:
         shape = self.environment.shape_class

@@ -1,0 +1,74 @@
+"""``llm-locust analyze RUN_DIR``: a thin command over :func:`analysis.report.analyze_run`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from analysis.report import analyze_run, critical_line, format_table
+from analysis.rundir import RunDirError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``analyze`` arguments to ``parser`` (reused by the ``llm-locust`` subcommand)."""
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                        help="run directory holding run.json and requests.csv")
+    parser.add_argument("--min-gain-per-doubling", type=float, default=1.15, metavar="X",
+                        help="throughput ratio per doubling of concurrency below which "
+                             "throughput stops rising (default: %(default)s)")
+    parser.add_argument("--waiting-threshold", type=float, default=0.5, metavar="X",
+                        help="time-averaged server waiting requests above which the server "
+                             "queues (default: %(default)s)")
+    parser.add_argument("--ttft-growth", type=float, default=1.5, metavar="X",
+                        help="TTFT p50 ratio to the previous step above which TTFT climbs "
+                             "(default: %(default)s)")
+
+
+def print_result(result) -> None:
+    """Print the per-step table, the critical concurrency with its evidence, and the written files."""
+    print(format_table(result.table))
+    print()
+    print(critical_line(result.critical))
+    for line in result.critical.evidence:
+        print(f"  {line}")
+    if result.critical.kneed_users is not None:
+        print(f"  kneed cross-check: {result.critical.kneed_users:g} users")
+    paths = result.paths
+    print()
+    for label, path in (("Throughput", paths.throughput_png), ("Latency", paths.latency_png),
+                        ("Timeline", paths.timeline_png), ("Steps CSV", paths.steps_csv),
+                        ("Summary", paths.summary_md)):
+        print(f"{label}: {path}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Analyse ``args.run_dir``, print the table, the verdict and the written files.
+
+    Returns
+    -------
+    int
+        0 on success, 2 when the run directory cannot be read (message on stderr).
+    """
+    try:
+        result = analyze_run(args.run_dir, min_gain_per_doubling=args.min_gain_per_doubling,
+                             waiting_threshold=args.waiting_threshold,
+                             ttft_growth=args.ttft_growth)
+    except RunDirError as exc:
+        print(f"llm-locust analyze: error: {exc}", file=sys.stderr)
+        return 2
+    print_result(result)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``llm-locust analyze``; ``argv`` excludes the ``analyze`` word."""
+    parser = argparse.ArgumentParser(
+        prog="llm-locust analyze",
+        description="Analyse a run directory: per-step table, critical concurrency, report/.")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

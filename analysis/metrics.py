@@ -1,0 +1,148 @@
+"""Per-request derived metrics and the client in-flight count, computed from ``requests.csv`` rows.
+
+Every function takes the requests frame of :class:`analysis.rundir.Run` (columns
+``t_start_s`` wall clock Unix s; ``ttft_ms``, ``e2e_ms`` ms from ``t_start_s``;
+``output_tokens``; ``error_kind`` "" for a success) and returns new objects; inputs are never
+modified.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def end_time_s(requests: pd.DataFrame) -> pd.Series:
+    """Wall-clock instant each request completed (or failed).
+
+    ``t_end_s = t_start_s + e2e_ms / 1000``. When ``e2e_ms`` was not measured the request is
+    placed at ``t_start_s`` (zero duration), so failures without a duration still count.
+
+    Parameters
+    ----------
+    requests : pandas.DataFrame
+        Columns ``t_start_s`` (Unix s) and ``e2e_ms`` (ms, NaN if not measured).
+
+    Returns
+    -------
+    pandas.Series
+        float64, Unix s, same index as ``requests``.
+    """
+    return requests["t_start_s"] + requests["e2e_ms"].fillna(0.0) / 1000.0
+
+
+def tpot_ms(requests: pd.DataFrame) -> pd.Series:
+    """Time per output token after the first, ms (smaller is better).
+
+    ``TPOT = (e2e_ms - ttft_ms) / (output_tokens - 1)``; NaN when ``output_tokens < 2`` or either
+    time is missing (the metric does not apply).
+
+    Parameters
+    ----------
+    requests : pandas.DataFrame
+        Columns ``ttft_ms``, ``e2e_ms`` (ms) and ``output_tokens``.
+
+    Returns
+    -------
+    pandas.Series
+        float64, ms.
+
+    Examples
+    --------
+    >>> frame = pd.DataFrame({"ttft_ms": [370.0, 50.0], "e2e_ms": [1000.0, 60.0],
+    ...                       "output_tokens": [64.0, 1.0]})
+    >>> tpot_ms(frame).tolist()
+    [10.0, nan]
+    """
+    decode_tokens = requests["output_tokens"] - 1.0
+    tpot = (requests["e2e_ms"] - requests["ttft_ms"]) / decode_tokens.where(decode_tokens >= 1)
+    return tpot.astype("float64")
+
+
+def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
+    """Copy of ``requests`` with derived per-request columns added.
+
+    Added columns: ``ok`` (bool, ``error_kind == ""``), ``t_end_s`` (:func:`end_time_s`, Unix s),
+    ``tpot_ms`` (:func:`tpot_ms`, ms) and ``decode_tps`` (``1000 / tpot_ms``, tokens/s per request,
+    larger is better; NaN where TPOT is NaN or not positive).
+
+    Parameters
+    ----------
+    requests : pandas.DataFrame
+        Rows of ``requests.csv`` as loaded by :func:`analysis.rundir.load_run`.
+
+    Returns
+    -------
+    pandas.DataFrame
+    """
+    out = requests.copy()
+    out["ok"] = out["error_kind"].astype(str) == ""
+    out["t_end_s"] = end_time_s(requests)
+    out["tpot_ms"] = tpot_ms(requests)
+    out["decode_tps"] = 1000.0 / out["tpot_ms"].where(out["tpot_ms"] > 0)
+    return out
+
+
+def mean_inflight(t_start_s: pd.Series, t_end_s: pd.Series, window_start_s: float,
+                  window_end_s: float) -> float:
+    """Time-average number of requests in flight over a window (achieved client concurrency).
+
+    Exact integration: the integral of the in-flight count over ``[window_start_s,
+    window_end_s]`` equals the sum of each request's overlap with the window, so the average is
+    ``sum(max(0, min(end, W1) - max(start, W0))) / (W1 - W0)``.
+
+    Parameters
+    ----------
+    t_start_s, t_end_s : pandas.Series
+        Interval of each request, wall clock Unix s.
+    window_start_s, window_end_s : float
+        The window, Unix s.
+
+    Returns
+    -------
+    float
+        Requests; NaN when the window is empty (``window_end_s <= window_start_s``).
+
+    Examples
+    --------
+    >>> mean_inflight(pd.Series([0.0, 2.0, 5.0]), pd.Series([4.0, 6.0, 15.0]), 0.0, 10.0)
+    1.3
+    """
+    length_s = window_end_s - window_start_s
+    if not length_s > 0:
+        return float("nan")
+    overlap = np.minimum(t_end_s.to_numpy(float), window_end_s) - np.maximum(
+        t_start_s.to_numpy(float), window_start_s)
+    return float(np.clip(overlap, 0.0, None).sum() / length_s)
+
+
+def inflight_series(t_start_s: pd.Series, t_end_s: pd.Series) -> pd.DataFrame:
+    """Number of requests in flight as a step function of wall time.
+
+    Each request counts from ``t_start_s`` (inclusive) to ``t_end_s`` (exclusive). Row *k* gives
+    the count holding on ``[t_s[k], t_s[k+1])``; simultaneous events are merged.
+
+    Parameters
+    ----------
+    t_start_s, t_end_s : pandas.Series
+        Interval of each request, wall clock Unix s.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``t_s`` (float64, Unix s, increasing) and ``inflight`` (int64, requests). Empty
+        when there are no requests.
+
+    Examples
+    --------
+    >>> inflight_series(pd.Series([0.0, 2.0]), pd.Series([4.0, 6.0]))["inflight"].tolist()
+    [1, 2, 1, 0]
+    """
+    times = np.concatenate([t_start_s.to_numpy(float), t_end_s.to_numpy(float)])
+    deltas = np.concatenate([np.ones(len(t_start_s), int), -np.ones(len(t_end_s), int)])
+    events = pd.DataFrame({"t_s": times, "delta": deltas}).dropna()
+    per_time = events.groupby("t_s", sort=True)["delta"].sum()
+    return pd.DataFrame({
+        "t_s": per_time.index.to_numpy(float),
+        "inflight": per_time.cumsum().to_numpy("int64"),
+    })

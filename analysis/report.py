@@ -1,0 +1,238 @@
+"""Library entry point: run directory -> per-step table -> critical concurrency -> ``report/``.
+
+:func:`analyze` is pure (a loaded :class:`~analysis.rundir.Run` in, an :class:`AnalysisResult`
+out); :func:`write_report` is the only writer (PNGs, ``steps.csv``, ``summary.md``);
+:func:`analyze_run` chains load, analyze and write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.knee import CriticalConcurrency, find_critical_concurrency, fmt_users
+from analysis.metrics import end_time_s, inflight_series
+from analysis.plots import plot_latency, plot_throughput, plot_timeline
+from analysis.rundir import Run, load_run
+from analysis.server import server_series
+from analysis.steps import step_table, step_windows
+
+PLOT_STYLE: dict[str, object] = {
+    "figure.dpi": 100, "savefig.dpi": 110, "font.size": 10, "axes.grid": True,
+    "grid.alpha": 0.3, "legend.fontsize": "small", "legend.framealpha": 0.85,
+}
+"""rc settings applied (via ``rc_context``) while the report figures are drawn."""
+
+DISPLAY_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("step", "step", "{:.0f}"), ("target_users", "users", "users"),
+    ("client_inflight", "in-flight", "{:.2f}"), ("server_running", "running", "{:.2f}"),
+    ("server_waiting", "waiting", "{:.2f}"), ("kv_usage_ratio", "KV", "{:.1%}"),
+    ("output_tps", "out tok/s", "{:.1f}"), ("request_rps", "req/s", "{:.2f}"),
+    ("ttft_p50_ms", "TTFT p50 ms", "{:.0f}"), ("ttft_p95_ms", "TTFT p95 ms", "{:.0f}"),
+    ("tpot_p50_ms", "TPOT p50 ms", "{:.1f}"), ("e2e_p50_ms", "E2E p50 ms", "{:.0f}"),
+    ("completed", "ok", "{:.0f}"), ("errors", "errors", "{:.0f}"),
+)
+"""(column, header, format) of the printed and markdown step tables."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportPaths:
+    """Files written into ``<run_dir>/report/``."""
+
+    report_dir: Path
+    throughput_png: Path
+    latency_png: Path
+    timeline_png: Path
+    steps_csv: Path
+    summary_md: Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnalysisResult:
+    """Everything computed from one run directory.
+
+    Attributes
+    ----------
+    run : Run
+        The loaded run directory.
+    table : pandas.DataFrame
+        Per-step table (:func:`analysis.steps.step_table`).
+    critical : CriticalConcurrency
+    server : pandas.DataFrame
+        Normalised server series (:func:`analysis.server.server_series`); empty without samples.
+    inflight : pandas.DataFrame
+        Client in-flight step series (:func:`analysis.metrics.inflight_series`).
+    paths : ReportPaths or None
+        Written files; None until :func:`write_report` ran.
+    """
+
+    run: Run
+    table: pd.DataFrame
+    critical: CriticalConcurrency
+    server: pd.DataFrame
+    inflight: pd.DataFrame
+    paths: ReportPaths | None = None
+
+
+def analyze(run: Run, *, min_gain_per_doubling: float = 1.15, waiting_threshold: float = 0.5,
+            ttft_growth: float = 1.5) -> AnalysisResult:
+    """Compute the step table, server series and critical concurrency of a loaded run (no I/O).
+
+    A run without shape steps (``shape.kind == "none"``) is treated as one step spanning the
+    whole run with unknown target concurrency. Thresholds are those of
+    :func:`analysis.knee.find_critical_concurrency`.
+    """
+    steps = run.steps
+    if steps.empty:
+        steps = pd.DataFrame({"step": [0], "target_users": [float("nan")],
+                              "start_s": [run.started_at_s], "end_s": [run.ended_at_s]})
+    server = server_series(run.server_samples)
+    table = step_table(run.requests, step_windows(steps, run.warmup_s), server)
+    critical = find_critical_concurrency(table, min_gain_per_doubling=min_gain_per_doubling,
+                                         waiting_threshold=waiting_threshold,
+                                         ttft_growth=ttft_growth)
+    inflight = inflight_series(run.requests["t_start_s"], end_time_s(run.requests))
+    return AnalysisResult(run=replace(run, steps=steps), table=table, critical=critical,
+                          server=server, inflight=inflight)
+
+
+def analyze_run(run_dir: Path | str, *, min_gain_per_doubling: float = 1.15,
+                waiting_threshold: float = 0.5, ttft_growth: float = 1.5,
+                write: bool = True) -> AnalysisResult:
+    """Load a run directory, analyse it and (by default) write ``<run_dir>/report/``.
+
+    Parameters
+    ----------
+    run_dir : Path or str
+    min_gain_per_doubling, waiting_threshold, ttft_growth : float
+        Critical-concurrency thresholds (:func:`analysis.knee.find_critical_concurrency`).
+    write : bool, default True
+        Write the PNGs, ``steps.csv`` and ``summary.md``.
+
+    Returns
+    -------
+    AnalysisResult
+        With ``paths`` set when ``write`` is true.
+
+    Raises
+    ------
+    analysis.rundir.RunDirError
+        If the run directory is missing files or holds unreadable data.
+    """
+    result = analyze(load_run(run_dir), min_gain_per_doubling=min_gain_per_doubling,
+                     waiting_threshold=waiting_threshold, ttft_growth=ttft_growth)
+    return write_report(result) if write else result
+
+
+def write_report(result: AnalysisResult, report_dir: Path | None = None) -> AnalysisResult:
+    """Write throughput/latency/timeline PNGs, ``steps.csv`` and ``summary.md``.
+
+    Parameters
+    ----------
+    result : AnalysisResult
+    report_dir : Path, optional
+        Defaults to ``<run_dir>/report``; created if missing.
+
+    Returns
+    -------
+    AnalysisResult
+        ``result`` with ``paths`` set.
+    """
+    out = Path(report_dir) if report_dir is not None else result.run.run_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    paths = ReportPaths(report_dir=out, throughput_png=out / "throughput.png",
+                        latency_png=out / "latency.png", timeline_png=out / "timeline.png",
+                        steps_csv=out / "steps.csv", summary_md=out / "summary.md")
+    with matplotlib.rc_context(PLOT_STYLE):
+        _save(paths.throughput_png, (9, 5.5),
+              lambda ax: plot_throughput(ax, result.table, result.critical))
+        _save(paths.latency_png, (9, 5.5),
+              lambda ax: plot_latency(ax, result.table, result.critical))
+        _save(paths.timeline_png, (12, 5), lambda ax: plot_timeline(
+            ax, steps=result.run.steps, warmup_s=result.run.warmup_s, inflight=result.inflight,
+            server=result.server, t0_s=result.run.started_at_s))
+    result.table.to_csv(paths.steps_csv, index=False)
+    paths.summary_md.write_text(summary_markdown(result), encoding="utf-8")
+    return replace(result, paths=paths)
+
+
+def _save(path: Path, size_in: tuple[float, float], draw) -> None:
+    fig = Figure(figsize=size_in, layout="constrained")
+    draw(fig.add_subplot())
+    fig.savefig(path)
+
+
+def _display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted cells; an ``error kinds`` column only when some step has errors."""
+    columns = DISPLAY_COLUMNS
+    if (table["errors"] > 0).any():
+        columns = columns + (("error_kinds", "error kinds", "text"),)
+    headers = [header for _, header, _ in columns]
+    rows = []
+    for record in table.to_dict("records"):
+        cells = []
+        for column, _, fmt in columns:
+            value = record[column]
+            if fmt == "text":
+                cells.append(str(value))
+            elif fmt == "users":
+                cells.append(fmt_users(value))
+            else:
+                cells.append("-" if pd.isna(value) else fmt.format(value))
+        rows.append(cells)
+    return headers, rows
+
+
+def format_table(table: pd.DataFrame) -> str:
+    """Per-step table as aligned plain text (NaN shown as ``-``)."""
+    headers, rows = _display_rows(table)
+    widths = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h)
+              for k, h in enumerate(headers)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(headers, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
+    return "\n".join(lines)
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    """Per-step table as a GitHub-flavoured markdown table (NaN shown as ``-``)."""
+    headers, rows = _display_rows(table)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---:|" * len(headers)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def critical_line(critical: CriticalConcurrency) -> str:
+    """The one-line verdict, ``Critical concurrency: <number or "not reached ...">``."""
+    return f"Critical concurrency: {critical.text}"
+
+
+def summary_markdown(result: AnalysisResult) -> str:
+    """``summary.md``: run identity, step table, critical concurrency with evidence, figures."""
+    meta, crit = result.run.meta, result.critical
+    workload = meta.get("workload") or {}
+    shape = meta.get("shape") or {}
+    kneed = "no knee found" if crit.kneed_users is None else f"{crit.kneed_users:g} users"
+    lines = [
+        f"# llm-locust run: {meta.get('model', '?')} at {meta.get('host', '?')}", "",
+        f"- Run directory: `{result.run.run_dir}`",
+        f"- Duration: {result.run.ended_at_s - result.run.started_at_s:.1f} s; shape "
+        f"`{shape.get('kind', 'none')}`, warm-up {result.run.warmup_s:g} s per step, "
+        f"dwell {shape.get('dwell_s', '-')} s",
+        "- Workload: " + ", ".join(f"{k}={v}" for k, v in workload.items()),
+        f"- Requests: {len(result.run.requests)}; server metrics: "
+        f"{'yes' if not result.server.empty else 'none scraped'}", "",
+        "## Per-step table (steady windows)", "", markdown_table(result.table), "",
+        "## Critical concurrency", "", f"**{critical_line(crit)}**", "",
+        *[f"- {line}" for line in crit.evidence], "",
+        f"kneed cross-check (knee of throughput vs log2 concurrency, not used for the verdict): "
+        f"{kneed}.", "",
+        "## Figures", "",
+        "![throughput](throughput.png)", "", "![latency](latency.png)", "",
+        "![timeline](timeline.png)", "",
+        "Table as CSV: [steps.csv](steps.csv)", "",
+    ]
+    return "\n".join(lines)

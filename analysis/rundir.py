@@ -1,0 +1,238 @@
+"""Load and validate a run directory: the only contract between ``llm_locust/`` and ``analysis/``.
+
+Files read (schema version 1, see DESIGN.md "Run directory"):
+
+``run.json``
+    Run metadata: ``schema_version``, ``started_at_s`` / ``ended_at_s`` (wall clock, Unix s),
+    ``host``, ``model``, ``workload``, and ``shape`` (``kind``, ``warmup_s``, ``steps`` with
+    ``index``, ``users``, ``start_s``, ``end_s``; ``end_s`` may be null when the run was cut short).
+``requests.csv``
+    One row per request, columns :data:`REQUEST_COLUMNS`. Empty cell = not measured (NaN).
+``server_metrics.csv`` (optional)
+    Scraped Prometheus samples in long format, columns :data:`SERVER_COLUMNS`.
+
+All validation happens here, at the edge; everything downstream trusts the dtypes set here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+SCHEMA_VERSIONS: tuple[int, ...] = (1,)
+"""run.json schema versions this package can read."""
+
+REQUEST_COLUMNS: tuple[str, ...] = (
+    "request_id", "worker_id", "name", "t_start_s", "headers_ms", "ttft_ms", "e2e_ms",
+    "prompt_tokens", "output_tokens", "tokens_source", "content_events", "finish_reason",
+    "status_code", "error_kind", "error_message",
+)
+"""Columns of ``requests.csv`` (file order)."""
+
+REQUEST_FLOAT_COLUMNS: tuple[str, ...] = (
+    "t_start_s", "headers_ms", "ttft_ms", "e2e_ms", "prompt_tokens", "output_tokens",
+    "content_events", "status_code",
+)
+"""``requests.csv`` columns read as float64 (empty cell -> NaN); the others stay strings."""
+
+ERROR_KINDS: frozenset[str] = frozenset({
+    "connect_timeout", "ttft_timeout", "stall_timeout", "total_timeout", "connection_error",
+    "http_4xx", "http_429", "http_5xx", "stream_error", "truncated", "bad_response",
+})
+"""The closed set of ``error_kind`` values; the empty string marks a success."""
+
+SERVER_COLUMNS: tuple[str, ...] = ("t_s", "source", "metric", "labels", "value")
+"""Columns of ``server_metrics.csv``."""
+
+STEP_COLUMNS: tuple[str, ...] = ("step", "target_users", "start_s", "end_s")
+"""Columns of :attr:`Run.steps`."""
+
+
+class RunDirError(Exception):
+    """A run directory is missing a file or holds data this package cannot read."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """One loaded run directory.
+
+    Attributes
+    ----------
+    run_dir : Path
+        Directory it was loaded from.
+    meta : dict
+        ``run.json`` as parsed.
+    requests : pandas.DataFrame
+        ``requests.csv``: :data:`REQUEST_FLOAT_COLUMNS` as float64 (NaN = not measured), the
+        rest as strings ("" when empty).
+    server_samples : pandas.DataFrame
+        ``server_metrics.csv`` (columns :data:`SERVER_COLUMNS`; ``t_s`` and ``value`` float64),
+        empty when the file is absent or empty.
+    steps : pandas.DataFrame
+        Load-shape steps: ``step`` (int64), ``target_users`` (float64, users), ``start_s`` and
+        ``end_s`` (float64, wall clock Unix s; a null ``end_s`` becomes the next step's start,
+        or ``ended_at_s`` for the last step). Sorted by ``start_s``.
+    """
+
+    run_dir: Path
+    meta: dict[str, Any]
+    requests: pd.DataFrame
+    server_samples: pd.DataFrame
+    steps: pd.DataFrame
+
+    @property
+    def started_at_s(self) -> float:
+        """Wall clock (Unix s) when the run started."""
+        return float(self.meta["started_at_s"])
+
+    @property
+    def ended_at_s(self) -> float:
+        """Wall clock (Unix s) when the run ended."""
+        return float(self.meta["ended_at_s"])
+
+    @property
+    def warmup_s(self) -> float:
+        """Seconds dropped at the start of every step before its steady window (0 if unset)."""
+        return float(self.meta.get("shape", {}).get("warmup_s") or 0.0)
+
+
+def load_run(run_dir: Path | str) -> Run:
+    """Read and validate a run directory.
+
+    Parameters
+    ----------
+    run_dir : Path or str
+        Directory holding ``run.json`` and ``requests.csv`` (and optionally
+        ``server_metrics.csv``).
+
+    Returns
+    -------
+    Run
+
+    Raises
+    ------
+    RunDirError
+        If the directory, ``run.json`` or ``requests.csv`` is missing; if ``run.json`` is not
+        valid JSON, lacks ``schema_version``/``started_at_s``/``ended_at_s`` or has an unknown
+        ``schema_version``; if a CSV lacks required columns (the message lists them), holds a
+        non-numeric value in a numeric column, or an ``error_kind`` outside the closed set.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: not a directory")
+    meta = _read_meta(run_dir / "run.json")
+    requests = _read_requests(run_dir / "requests.csv")
+    server = _read_server(run_dir / "server_metrics.csv")
+    steps = _steps_frame(meta, run_dir / "run.json")
+    return Run(run_dir=run_dir, meta=meta, requests=requests, server_samples=server, steps=steps)
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise RunDirError(f"{path}: missing (every run directory needs run.json)")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(meta, dict):
+        raise RunDirError(f"{path}: expected a JSON object")
+    missing = [k for k in ("schema_version", "started_at_s", "ended_at_s") if meta.get(k) is None]
+    if missing:
+        raise RunDirError(f"{path}: missing keys {missing}")
+    if meta["schema_version"] not in SCHEMA_VERSIONS:
+        raise RunDirError(
+            f"{path}: unknown schema_version {meta['schema_version']!r} "
+            f"(this analysis reads {list(SCHEMA_VERSIONS)})"
+        )
+    return meta
+
+
+def _read_csv_strings(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
+    """Read a CSV with every cell as a string ("" for empty) and check its header."""
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False)
+    except pd.errors.EmptyDataError:
+        frame = pd.DataFrame(columns=list(required), dtype=str)
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        extra = [c for c in frame.columns if c not in required]
+        raise RunDirError(
+            f"{path}: missing columns {missing}"
+            + (f"; unexpected columns {extra}" if extra else "")
+            + f"; expected {list(required)}"
+        )
+    return frame
+
+
+def _to_float(frame: pd.DataFrame, column: str, path: Path) -> pd.Series:
+    """Column as float64: "" and "nan" become NaN, anything else non-numeric raises."""
+    text = frame[column].astype(str).str.strip()
+    values = pd.to_numeric(text.where(text != "", "nan"), errors="coerce").astype("float64")
+    bad = values.isna() & ~text.str.lower().isin(["", "nan"])
+    if bad.any():
+        first = bad.to_numpy().nonzero()[0][0]
+        raise RunDirError(
+            f"{path}: column {column!r} holds {int(bad.sum())} non-numeric value(s), "
+            f"first {text.iloc[first]!r} on data row {first + 1}"
+        )
+    return values
+
+
+def _read_requests(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise RunDirError(f"{path}: missing (every run directory needs requests.csv)")
+    frame = _read_csv_strings(path, REQUEST_COLUMNS)
+    out = frame[list(REQUEST_COLUMNS)].copy()
+    for column in REQUEST_FLOAT_COLUMNS:
+        out[column] = _to_float(frame, column, path)
+    out["error_kind"] = out["error_kind"].str.strip()
+    unknown = sorted(set(out["error_kind"]) - ERROR_KINDS - {""})
+    if unknown:
+        raise RunDirError(
+            f"{path}: unknown error_kind values {unknown}; known {sorted(ERROR_KINDS)}")
+    if out["t_start_s"].isna().any():
+        empty = int(out["t_start_s"].isna().sum())
+        raise RunDirError(f"{path}: t_start_s is empty on {empty} row(s)")
+    return out.reset_index(drop=True)
+
+
+def _read_server(path: Path) -> pd.DataFrame:
+    empty = pd.DataFrame({
+        "t_s": pd.Series(dtype="float64"), "source": pd.Series(dtype=str),
+        "metric": pd.Series(dtype=str), "labels": pd.Series(dtype=str),
+        "value": pd.Series(dtype="float64"),
+    })
+    if not path.is_file() or path.stat().st_size == 0:
+        return empty
+    frame = _read_csv_strings(path, SERVER_COLUMNS)
+    if frame.empty:
+        return empty
+    out = frame[list(SERVER_COLUMNS)].copy()
+    out["t_s"] = _to_float(frame, "t_s", path)
+    out["value"] = _to_float(frame, "value", path)
+    return out.reset_index(drop=True)
+
+
+def _steps_frame(meta: dict[str, Any], path: Path) -> pd.DataFrame:
+    raw = (meta.get("shape") or {}).get("steps") or []
+    try:
+        rows = sorted(
+            ((int(s["index"]), float(s["users"]), float(s["start_s"]),
+              math.nan if s.get("end_s") is None else float(s["end_s"])) for s in raw),
+            key=lambda r: r[2],
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RunDirError(
+            f"{path}: shape.steps needs index, users, start_s, end_s ({exc!r})") from exc
+    steps = pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+    steps = steps.astype({"step": "int64", "target_users": "float64",
+                          "start_s": "float64", "end_s": "float64"})
+    next_start = steps["start_s"].shift(-1).fillna(float(meta["ended_at_s"]))
+    steps["end_s"] = np.where(steps["end_s"].isna(), next_start, steps["end_s"])
+    return steps

@@ -1,0 +1,135 @@
+"""Per-step table of a load shape: each step's steady window, client and server side by side.
+
+A step's **steady window** is ``[start_s + warmup_s, end_s)`` (wall clock, Unix s): the warm-up
+(ramp and queue fill) is dropped. Every per-step figure is computed over that window only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.metrics import mean_inflight, with_request_metrics
+from analysis.server import time_average
+
+STEP_TABLE_COLUMNS: tuple[str, ...] = (
+    "step", "target_users", "window_start_s", "window_end_s", "window_s", "client_inflight",
+    "server_running", "server_waiting", "kv_usage_ratio", "server_gen_tps", "completed",
+    "output_tps", "request_rps", "ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "decode_tps_p50",
+    "e2e_p50_ms", "errors", "error_kinds",
+)
+"""Columns of :func:`step_table`, in order."""
+
+
+def step_windows(steps: pd.DataFrame, warmup_s: float) -> pd.DataFrame:
+    """Steady window of each step.
+
+    Parameters
+    ----------
+    steps : pandas.DataFrame
+        Columns ``step``, ``target_users``, ``start_s``, ``end_s`` (Unix s), as in
+        :attr:`analysis.rundir.Run.steps`.
+    warmup_s : float
+        Seconds dropped at the start of each step.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``step``, ``target_users``, ``window_start_s = start_s + warmup_s``,
+        ``window_end_s = end_s`` and ``window_s = max(0, window_end_s - window_start_s)``
+        (seconds; 0 when the warm-up covers the whole step).
+    """
+    out = steps[["step", "target_users"]].copy()
+    out["window_start_s"] = steps["start_s"] + warmup_s
+    out["window_end_s"] = steps["end_s"]
+    out["window_s"] = (out["window_end_s"] - out["window_start_s"]).clip(lower=0.0)
+    return out.reset_index(drop=True)
+
+
+def step_table(requests: pd.DataFrame, windows: pd.DataFrame,
+               server: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Client and server figures of every step over its steady window.
+
+    A request *belongs* to the window its completion ``t_end_s = t_start_s + e2e_ms / 1000``
+    falls in. Definitions (window length ``W`` s):
+
+    - ``completed``: successful requests completed in the window.
+    - ``output_tps = sum(output_tokens of those) / W`` (tokens/s, larger is better);
+      ``request_rps = completed / W`` (requests/s). Both NaN when no request at all (successful
+      or failed) completed in the window; 0 when only failures did.
+    - ``ttft_p50_ms``, ``ttft_p95_ms``, ``tpot_p50_ms``, ``decode_tps_p50`` (per-request
+      ``1000 / TPOT``, tokens/s), ``e2e_p50_ms``: percentiles (linear interpolation) over the
+      successful requests completed in the window; NaN when none.
+    - ``errors``: failed requests completed in the window; ``error_kinds`` the same by kind,
+      e.g. ``"http_429:3 ttft_timeout:1"`` ("" when none).
+    - ``client_inflight``: time-average of the number of requests in flight (all requests,
+      successful or not), exact integration of their ``[t_start_s, t_end_s]`` intervals.
+    - ``server_running``, ``server_waiting`` (requests), ``kv_usage_ratio`` (0-1),
+      ``server_gen_tps`` (tokens/s): time-averages of the step-hold server series over the
+      window; NaN when no sample covers it.
+
+    Parameters
+    ----------
+    requests : pandas.DataFrame
+        ``requests.csv`` rows (:attr:`analysis.rundir.Run.requests`).
+    windows : pandas.DataFrame
+        Output of :func:`step_windows`.
+    server : pandas.DataFrame, optional
+        Output of :func:`analysis.server.server_series`; absent or empty -> server columns NaN.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per step, columns :data:`STEP_TABLE_COLUMNS`; ``step``, ``completed`` and
+        ``errors`` are int64, ``error_kinds`` str, the rest float64.
+    """
+    reqs = with_request_metrics(requests)
+    rows = []
+    for window in windows.itertuples(index=False):
+        start_s, end_s = float(window.window_start_s), float(window.window_end_s)
+        length_s = max(0.0, end_s - start_s)
+        done = reqs[(reqs["t_end_s"] >= start_s) & (reqs["t_end_s"] < end_s)]
+        ok = done[done["ok"]]
+        failed = done[~done["ok"]]
+        measured = length_s > 0 and len(done) > 0
+        row = {
+            "step": int(window.step),
+            "target_users": float(window.target_users),
+            "window_start_s": start_s,
+            "window_end_s": end_s,
+            "window_s": length_s,
+            "client_inflight": mean_inflight(reqs["t_start_s"], reqs["t_end_s"], start_s, end_s),
+            **_server_means(server, start_s, end_s),
+            "completed": len(ok),
+            "output_tps": ok["output_tokens"].sum() / length_s if measured else np.nan,
+            "request_rps": len(ok) / length_s if measured else np.nan,
+            "ttft_p50_ms": _quantile(ok["ttft_ms"], 0.50),
+            "ttft_p95_ms": _quantile(ok["ttft_ms"], 0.95),
+            "tpot_p50_ms": _quantile(ok["tpot_ms"], 0.50),
+            "decode_tps_p50": _quantile(ok["decode_tps"], 0.50),
+            "e2e_p50_ms": _quantile(ok["e2e_ms"], 0.50),
+            "errors": len(failed),
+            "error_kinds": " ".join(f"{kind}:{n}" for kind, n in
+                                    failed["error_kind"].value_counts().sort_index().items()),
+        }
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=list(STEP_TABLE_COLUMNS))
+    non_floats = ("step", "completed", "errors", "error_kinds")
+    floats = [c for c in STEP_TABLE_COLUMNS if c not in non_floats]
+    return table.astype({**{c: "float64" for c in floats},
+                         "step": "int64", "completed": "int64", "errors": "int64",
+                         "error_kinds": str})
+
+
+def _quantile(values: pd.Series, q: float) -> float:
+    values = values.dropna()
+    return float(values.quantile(q)) if len(values) else float("nan")
+
+
+def _server_means(server: pd.DataFrame | None, start_s: float, end_s: float) -> dict[str, float]:
+    names = {"server_running": "running", "server_waiting": "waiting",
+             "kv_usage_ratio": "kv_usage_ratio", "server_gen_tps": "gen_tps"}
+    if server is None or server.empty:
+        return {out: float("nan") for out in names}
+    return {out: time_average(server["t_s"], server[col], start_s, end_s)
+            for out, col in names.items()}

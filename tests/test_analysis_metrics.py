@@ -1,0 +1,57 @@
+"""Per-request metrics and client in-flight (analysis/metrics.py)."""
+
+import math
+
+import pandas as pd
+
+from analysis.metrics import (end_time_s, inflight_series, mean_inflight, tpot_ms,
+                              with_request_metrics)
+
+
+def _frame(**columns):
+    return pd.DataFrame({k: [float(x) for x in v] for k, v in columns.items()})
+
+
+def test_tpot_and_decode_rate():
+    # (1000 - 370) / (64 - 1) = 10 ms -> 100 tokens/s; fewer than 2 tokens -> NaN
+    requests = _frame(t_start_s=[0, 0, 0], ttft_ms=[370, 50, 50], e2e_ms=[1000, 60, 60],
+                      output_tokens=[64, 1, 0])
+    requests["error_kind"] = ""
+    result = with_request_metrics(requests)
+    assert result["tpot_ms"].iloc[0] == 10.0
+    assert result["decode_tps"].iloc[0] == 100.0
+    assert math.isnan(result["tpot_ms"].iloc[1]) and math.isnan(result["tpot_ms"].iloc[2])
+    assert math.isnan(result["decode_tps"].iloc[1])
+    assert result["ok"].tolist() == [True, True, True]
+    assert "tpot_ms" not in requests.columns  # input untouched
+
+
+def test_tpot_nan_when_ttft_missing():
+    requests = _frame(ttft_ms=[float("nan")], e2e_ms=[500], output_tokens=[10])
+    assert math.isnan(tpot_ms(requests).iloc[0])
+
+
+def test_end_time_adds_e2e_and_falls_back_to_start():
+    requests = _frame(t_start_s=[100, 200], e2e_ms=[2500, float("nan")])
+    assert end_time_s(requests).tolist() == [102.5, 200.0]
+
+
+def test_mean_inflight_is_exact_overlap_integral():
+    # overlaps with [0, 10]: 4 + 4 + 5 = 13 request-seconds -> 1.3; [20, 30] outside -> 0
+    starts = pd.Series([0.0, 2.0, 5.0, 20.0])
+    ends = pd.Series([4.0, 6.0, 15.0, 30.0])
+    assert mean_inflight(starts, ends, 0.0, 10.0) == 1.3
+    # [3, 5]: 1 + 2 + 0 = 3 request-seconds over 2 s
+    assert mean_inflight(starts, ends, 3.0, 5.0) == 1.5
+    assert math.isnan(mean_inflight(starts, ends, 5.0, 5.0))
+
+
+def test_inflight_series_steps():
+    result = inflight_series(pd.Series([0.0, 2.0, 6.0]), pd.Series([4.0, 6.0, 8.0]))
+    expected = pd.DataFrame({"t_s": [0.0, 2.0, 4.0, 6.0, 8.0], "inflight": [1, 2, 1, 1, 0]})
+    pd.testing.assert_frame_equal(result, expected)
+
+
+def test_inflight_series_empty():
+    result = inflight_series(pd.Series([], dtype=float), pd.Series([], dtype=float))
+    assert result.empty and list(result.columns) == ["t_s", "inflight"]

@@ -1,0 +1,124 @@
+"""End to end: run directory -> report/ files and the ``analyze`` command (analysis/report.py,
+analysis/cli.py)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from matplotlib.image import imread
+
+from analysis import analyze_run
+from analysis.cli import main
+from tests.analysis_factories import T0, make_request, synthetic_ladder, write_run_dir
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def ladder_dir(tmp_path_factory) -> Path:
+    return synthetic_ladder(tmp_path_factory.mktemp("ladder") / "run")
+
+
+def _assert_png(path: Path) -> None:
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    assert path.stat().st_size > 20_000
+    height, width = imread(path).shape[:2]
+    assert width >= 800 and height >= 400
+
+
+def test_analyze_run_writes_report(ladder_dir):
+    result = analyze_run(ladder_dir)
+    # min(c, 4) * 64 / D: flat from 4 to 8 users while 4 wait and TTFT jumps
+    assert result.critical.users == 4.0
+    assert result.critical.kneed_users == 4.0
+    paths = result.paths
+    assert paths.report_dir == ladder_dir / "report"
+    for png in (paths.throughput_png, paths.latency_png, paths.timeline_png):
+        _assert_png(png)
+    steps = pd.read_csv(paths.steps_csv)
+    assert steps["target_users"].tolist() == [1, 2, 4, 8, 16]
+    assert steps["server_waiting"].tolist() == [0.0, 0.0, 0.0, 4.0, 12.0]
+    summary = paths.summary_md.read_text()
+    assert "**Critical concurrency: 4 (throughput stops rising at 8 users)**" in summary
+    assert "sim-llama" in summary and "max_tokens=64" in summary
+    assert "| step | users |" in summary
+    for name in ("throughput.png", "latency.png", "timeline.png", "steps.csv"):
+        assert f"({name})" in summary
+    assert "kneed cross-check" in summary
+
+
+def test_ladder_step_rates_by_hand(ladder_dir):
+    # D(b) = 40 + 63 * (20 + 2b) ms; every completion carries 64 tokens
+    table = analyze_run(ladder_dir, write=False).table
+    service_ms = {1: 1426.0, 2: 1552.0, 4: 1804.0}
+    for users, d_ms in service_ms.items():
+        row = table[table["target_users"] == users].iloc[0]
+        assert row["e2e_p50_ms"] == d_ms
+        assert row["tpot_p50_ms"] == pytest.approx((d_ms - 40.0) / 63)
+        assert row["client_inflight"] == pytest.approx(users)
+    queued = table[table["target_users"] == 8].iloc[0]
+    assert queued["ttft_p50_ms"] == pytest.approx(1804.0 + 40.0)
+
+
+def test_cli_prints_table_verdict_and_paths(ladder_dir, capsys):
+    assert main([str(ladder_dir)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["step", "users", "in-flight"]
+    assert "Critical concurrency: 4 (throughput stops rising at 8 users)" in lines
+    assert f"Throughput: {ladder_dir / 'report' / 'throughput.png'}" in lines
+    assert f"Summary: {ladder_dir / 'report' / 'summary.md'}" in lines
+
+
+def test_cli_thresholds_are_passed(ladder_dir, capsys):
+    assert main([str(ladder_dir), "--ttft-growth", "100"]) == 0
+    out = capsys.readouterr().out
+    assert ("Critical concurrency: not reached within the tested ladder; highest tested is 16"
+            in out.splitlines())
+
+
+def test_cli_without_server_metrics(tmp_path, capsys):
+    run_dir = synthetic_ladder(tmp_path / "run", users=(1, 2, 4, 8), with_server=False)
+    assert main([str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "Critical concurrency: 4 (throughput stops rising at 8 users)" in out
+    assert "client data" in out
+
+
+def test_cli_bad_run_dir_returns_2(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    assert main([str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "run.json" in err and "error" in err
+
+
+def test_baseline_run(tmp_path):
+    requests = [make_request(T0 + 2.0 * k, e2e_ms=1360.0, ttft_ms=100.0) for k in range(5)]
+    run_dir = write_run_dir(tmp_path / "run", requests=requests, kind="baseline",
+                            steps=[(1, T0, T0 + 10.0)])
+    result = analyze_run(run_dir)
+    row = result.table.iloc[0]
+    assert row["ttft_p50_ms"] == 100.0 and row["decode_tps_p50"] == pytest.approx(50.0)
+    assert result.critical.text == "not reached within the tested ladder; highest tested is 1"
+    _assert_png(result.paths.throughput_png)
+
+
+def test_run_without_steps_uses_whole_run(tmp_path):
+    requests = [make_request(T0 + 1.0), make_request(T0 + 3.0)]
+    run_dir = write_run_dir(tmp_path / "run", requests=requests, kind="none", steps=[],
+                            ended_at_s=T0 + 10.0)
+    result = analyze_run(run_dir)
+    assert result.table["completed"].tolist() == [2]
+    assert result.table["output_tps"].tolist() == [pytest.approx(12.8)]  # 128 tokens / 10 s
+    assert result.critical.users is None
+    assert result.paths.timeline_png.is_file()
+
+
+def test_analysis_never_imports_locust():
+    code = ("import sys, analysis, analysis.cli\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "{'locust', 'gevent', 'llm_locust'})\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
