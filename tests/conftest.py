@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import locust  # noqa: F401  (gevent monkey-patches on import: it must come before anything imports ssl)
+
 import json
 import subprocess
 import sys

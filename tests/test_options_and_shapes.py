@@ -1,0 +1,85 @@
+"""Options, load shapes and run.json redaction."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from llm_locust.options import parse_ladder
+from llm_locust.prompts import DEFAULT_PROMPTS, load_prompts, prompt_set_sha256
+from llm_locust.recorder import parse_labels, redact_argv
+from llm_locust.shapes import BaselineShape, LadderShape
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+
+def make_shape(shape_class, clock: FakeClock, **options):
+    shape = shape_class()
+    shape.get_run_time = lambda: clock.t
+    total = argparse.Namespace(num_requests=0)
+    shape.runner = argparse.Namespace(
+        environment=argparse.Namespace(parsed_options=argparse.Namespace(**options)),
+        stats=argparse.Namespace(total=total),
+    )
+    return shape, total
+
+
+def test_ladder_holds_each_step_then_stops():
+    clock = FakeClock()
+    shape, _ = make_shape(LadderShape, clock, ladder="1,2,4", dwell_s=10.0, warmup_s=2.0)
+    seen = {}
+    for t in [0, 5, 9.9, 10, 19.9, 20, 29.9]:
+        clock.t = t
+        seen[t] = shape.tick()[0]
+    assert seen == {0: 1, 5: 1, 9.9: 1, 10: 2, 19.9: 2, 20: 4, 29.9: 4}
+    clock.t = 30.0
+    assert shape.tick() is None
+    described = shape.describe()
+    assert [s["users"] for s in described["steps"]] == [1, 2, 4]
+    assert all(s["end_s"] is not None for s in described["steps"])
+    assert described["steps"][0]["end_s"] == described["steps"][1]["start_s"]
+    assert (described["dwell_s"], described["warmup_s"], described["kind"]) == (10.0, 2.0, "ladder")
+
+
+def test_ladder_rejects_warmup_not_shorter_than_dwell():
+    shape, _ = make_shape(LadderShape, FakeClock(), ladder="1,2", dwell_s=5.0, warmup_s=5.0)
+    with pytest.raises(ValueError, match="warmup"):
+        shape.tick()
+
+
+def test_baseline_stops_after_n_requests():
+    shape, total = make_shape(BaselineShape, FakeClock(), baseline_requests=3)
+    assert shape.tick() == (1, 1.0)
+    total.num_requests = 3
+    assert shape.tick() is None
+    assert shape.describe()["requests"] == 3
+
+
+@pytest.mark.parametrize("text", ["", "2,1", "0,1", "1,1", "a,b"])
+def test_bad_ladders_are_refused(text):
+    with pytest.raises(ValueError):
+        parse_ladder(text)
+
+
+def test_api_key_never_reaches_the_command_line_record():
+    argv = ["locust", "--api-key", "sk-secret", "--api-key=sk-other", "--model", "m"]
+    assert "sk-secret" not in " ".join(redact_argv(argv)) and "sk-other" not in " ".join(redact_argv(argv))
+
+
+def test_labels_and_prompts(tmp_path):
+    assert parse_labels(["quant=awq", "note=a=b"]) == {"quant": "awq", "note": "a=b"}
+    with pytest.raises(ValueError):
+        parse_labels(["nokey"])
+    path = tmp_path / "p.txt"
+    path.write_text("one\n\ntwo\n")
+    assert load_prompts(path) == ("one", "two")
+    assert load_prompts(None) == DEFAULT_PROMPTS
+    assert prompt_set_sha256(("a", "b")) != prompt_set_sha256(("b", "a"))
+    empty = tmp_path / "e.txt"
+    empty.write_text("\n")
+    with pytest.raises(ValueError):
+        load_prompts(empty)
