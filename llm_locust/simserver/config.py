@@ -1,0 +1,182 @@
+"""Configuration of the simulated server: one frozen dataclass and its command-line flags.
+
+Every flag of ``llm-locust sim-server`` maps to one :class:`SimConfig` field (``--max-num-seqs`` ->
+``max_num_seqs``). :func:`add_arguments` adds the flags, :func:`config_from_args` builds the config
+from the parsed namespace, and :func:`non_default_args` renders the dict that the startup log
+prints in vLLM's ``non-default args: {...}`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimConfig:
+    """Settings of the simulated continuous-batching server.
+
+    Attributes
+    ----------
+    host : str, default "127.0.0.1"
+        Address to listen on.
+    port : int, default 8000
+        TCP port; 0 picks a free port (the chosen one is printed at startup).
+    model_name : str, default "sim-llama"
+        Served model name (``/v1/models``, the ``model`` field of responses, metric labels).
+    max_model_len : int, default 2048
+        Context window in tokens: prompt + max_tokens must fit in it (else HTTP 400).
+    max_num_seqs : int, default 8
+        Batch ceiling: at most this many sequences run in one engine step.
+    max_num_batched_tokens : int, default 8192
+        Token budget of one engine step (one token per running sequence plus the prompts admitted).
+    decode_base_ms : float, default 20.0
+        Fixed part of one engine step, ms.
+    decode_per_seq_ms : float, default 1.0
+        Per-sequence part of one engine step, ms per running sequence.
+    prefill_ms_per_token : float, default 0.1
+        Extra step time per prompt token prefilled in that step, ms.
+    kv_capacity_tokens : int, default 65536
+        KV cache size in tokens; must be at least ``max_model_len``.
+    max_queue : int, default 0
+        Waiting requests beyond the free batch slots that are accepted; more get HTTP 429.
+        0 means unlimited.
+    slowdown : float, default 1.0
+        Multiplies every step time (a slower, e.g. quantized, variant of the same model).
+    seed : int, default 0
+        Seed of the generated text and of early-stop lengths.
+    log_stats_interval_s : float, default 2.0
+        Interval of the vLLM-format stats log line, s.
+    stats_log : str or None, default None
+        File the log is written to (truncated at startup) instead of stdout.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model_name: str = "sim-llama"
+    max_model_len: int = 2048
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 8192
+    decode_base_ms: float = 20.0
+    decode_per_seq_ms: float = 1.0
+    prefill_ms_per_token: float = 0.1
+    kv_capacity_tokens: int = 65536
+    max_queue: int = 0
+    slowdown: float = 1.0
+    seed: int = 0
+    log_stats_interval_s: float = 2.0
+    stats_log: str | None = None
+
+    def __post_init__(self) -> None:
+        """Check the settings.
+
+        Raises
+        ------
+        ValueError
+            When a count is below 1 (``max_model_len``, ``max_num_seqs``,
+            ``max_num_batched_tokens``), a time is negative, ``slowdown`` or
+            ``log_stats_interval_s`` is not positive, ``max_queue`` is negative, the port is out
+            of 0..65535, or ``kv_capacity_tokens < max_model_len`` (one full-length request must
+            fit, as vLLM demands at startup).
+        """
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("decode_base_ms", "decode_per_seq_ms", "prefill_ms_per_token"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.slowdown <= 0 or self.log_stats_interval_s <= 0:
+            raise ValueError("slowdown and log_stats_interval_s must be positive")
+        if self.max_queue < 0:
+            raise ValueError(f"max_queue must not be negative, got {self.max_queue}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {self.port}")
+        if self.kv_capacity_tokens < self.max_model_len:
+            raise ValueError(
+                f"kv_capacity_tokens={self.kv_capacity_tokens} is smaller than "
+                f"max_model_len={self.max_model_len}: one full-length request would not fit"
+            )
+
+
+_DEFAULTS = SimConfig()
+
+# (flag, type, help) in the order they appear in --help; the field is the flag without "--".
+_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("--host", str, "address to listen on"),
+    ("--port", int, "TCP port; 0 picks a free one (printed at startup)"),
+    ("--model-name", str, "served model name"),
+    ("--max-model-len", int, "context window, tokens (prompt + max_tokens must fit)"),
+    ("--max-num-seqs", int, "batch ceiling: sequences per engine step"),
+    ("--max-num-batched-tokens", int, "token budget per engine step"),
+    ("--decode-base-ms", float, "fixed time of one engine step, ms"),
+    ("--decode-per-seq-ms", float, "extra step time per running sequence, ms"),
+    ("--prefill-ms-per-token", float, "extra step time per prompt token admitted, ms"),
+    ("--kv-capacity-tokens", int, "KV cache capacity, tokens"),
+    ("--max-queue", int, "waiting requests beyond free batch slots before HTTP 429; 0 = unlimited"),
+    ("--slowdown", float, "multiplies all step times (a slower, e.g. quantized, variant)"),
+    ("--seed", int, "seed of generated text and early-stop lengths"),
+    ("--log-stats-interval-s", float, "interval of the vLLM V1 stats log line, s"),
+    ("--stats-log", str, "write the log to this file (truncated) instead of stdout"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the simulated server's options to ``parser``.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        Parser (or sub-parser) of ``llm-locust sim-server``; each flag's ``dest`` is the
+        :class:`SimConfig` field of the same name.
+    """
+    for flag, kind, help_text in _FLAGS:
+        field = flag[2:].replace("-", "_")
+        default = getattr(_DEFAULTS, field)
+        parser.add_argument(
+            flag, type=kind, default=default, dest=field, help=f"{help_text} (default: {default})"
+        )
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    """Build a :class:`SimConfig` from a namespace parsed with :func:`add_arguments`' flags.
+
+    Raises
+    ------
+    ValueError
+        When a setting is out of range (see :meth:`SimConfig.__post_init__`).
+    """
+    names = [f.name for f in dataclasses.fields(SimConfig)]
+    return SimConfig(**{name: getattr(args, name) for name in names if hasattr(args, name)})
+
+
+def non_default_args(config: SimConfig) -> dict[str, Any]:
+    """The dict printed in the startup line ``non-default args: {...}``.
+
+    Keys follow vLLM's names (``model_tag``, ``host``, ``port``, ``model``, ``max_model_len``,
+    ``served_model_name``, ``max_num_seqs``, ``max_num_batched_tokens``), always present because
+    the simulator sets them as a ``vllm serve`` command line would; the simulator-only settings
+    (``decode_base_ms``, ``slowdown``, ...) follow when they differ from their defaults.
+
+    >>> d = non_default_args(SimConfig(slowdown=2.0))
+    >>> d["max_num_seqs"], d["slowdown"], "seed" in d
+    (8, 2.0, False)
+    """
+    result: dict[str, Any] = {
+        "model_tag": config.model_name,
+        "host": config.host,
+        "port": config.port,
+        "model": config.model_name,
+        "max_model_len": config.max_model_len,
+        "served_model_name": [config.model_name],
+        "max_num_seqs": config.max_num_seqs,
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+    }
+    for field in dataclasses.fields(SimConfig):
+        if field.name in result or field.name in ("model_name", "stats_log"):
+            continue
+        value = getattr(config, field.name)
+        if value != getattr(_DEFAULTS, field.name):
+            result[field.name] = value
+    return result

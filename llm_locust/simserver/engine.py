@@ -1,0 +1,299 @@
+"""A pure, clock-free model of a continuous-batching scheduler (vLLM V1 style).
+
+The engine is stepped by hand: :meth:`BatchEngine.begin_step` admits requests and says how long
+the step takes, :meth:`BatchEngine.end_step` hands every sequence of the batch one token. The
+asyncio driver (``driver.py``) sleeps the step time in between; tests call :meth:`BatchEngine.step`.
+
+Model of one step
+-----------------
+1. Preemption: the running sequences each need one more KV token this step. While the KV held
+   plus that growth exceeds ``kv_capacity_tokens``, the most recently admitted running request
+   is preempted (vLLM V1 recompute mode): its KV is freed and it goes back to the head of the
+   waiting queue, keeping the tokens it already produced.
+2. Admission (skipped in a step that preempted, as vLLM V1 does): from the head of the FCFS
+   waiting queue, while ``running < max_num_seqs``, the request's context (prompt plus tokens
+   already produced, i.e. a recompute after preemption) fits in the step's token budget
+   (``max_num_batched_tokens`` minus one token per running sequence) and context + 1 fits in the
+   free KV. No chunked prefill: a context larger than the whole budget is admitted only into an
+   otherwise empty step. The queue is never reordered to skip a blocked head.
+3. Duration, ms: ``slowdown * (decode_base_ms + decode_per_seq_ms * B + prefill_ms_per_token * P)``
+   with B the sequences in the batch after admission and P the context tokens prefilled.
+4. End of step: each of the B sequences gets one token (admitted ones get their first token);
+   a sequence finishes when it reaches ``stop_after_tokens``: ``length`` if that equals
+   ``max_tokens``, else ``stop`` (an early EOS).
+
+KV held by a running request = prompt + generated tokens; usage = held / capacity.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+
+
+class FinishReason(str, enum.Enum):
+    """Why a request left the engine (the ``finished_reason`` label of ``vllm:request_success``)."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+
+
+class QueueFullError(RuntimeError):
+    """The waiting queue is at ``max_queue`` beyond the free batch slots (the server answers 429)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class SimRequest:
+    """One request inside the engine.
+
+    Attributes
+    ----------
+    request_id : str
+        Unique id.
+    prompt_tokens : int
+        Prompt length, tokens (>= 1).
+    max_tokens : int
+        Output ceiling, tokens (>= 1).
+    stop_after_tokens : int
+        Output length at which the sequence ends, 1..max_tokens; equal to ``max_tokens`` when
+        ``ignore_eos`` (finish ``length``), smaller for an early EOS (finish ``stop``).
+    generated_tokens : int
+        Tokens produced so far.
+    counted_prompt : bool
+        Set once the prompt was counted in ``prompt_tokens_total`` (a recompute after a
+        preemption is not counted again).
+    """
+
+    request_id: str
+    prompt_tokens: int
+    max_tokens: int
+    stop_after_tokens: int
+    generated_tokens: int = 0
+    counted_prompt: bool = False
+
+    @property
+    def context_tokens(self) -> int:
+        """KV tokens the request holds while running: prompt + generated."""
+        return self.prompt_tokens + self.generated_tokens
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepPlan:
+    """What :meth:`BatchEngine.begin_step` decided for one step.
+
+    Attributes
+    ----------
+    batch : tuple of str
+        Ids of the sequences in the batch (running order), B = ``len(batch)``.
+    admitted : tuple of str
+        Ids admitted (prefilled) in this step, FCFS order.
+    preempted : tuple of str
+        Ids preempted back to the waiting queue at the start of this step.
+    prefill_tokens : int
+        Context tokens prefilled in this step.
+    duration_ms : float
+        Step time, ms (formula in the module docstring).
+    """
+
+    batch: tuple[str, ...]
+    admitted: tuple[str, ...]
+    preempted: tuple[str, ...]
+    prefill_tokens: int
+    duration_ms: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenOutput:
+    """One token produced for one request at the end of a step.
+
+    ``token_index`` counts from 0 over the request's whole output (it continues after a
+    preemption); ``finish_reason`` is set on the request's last token only.
+    """
+
+    request_id: str
+    token_index: int
+    finish_reason: FinishReason | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepResult:
+    """A finished step: its plan and the tokens it produced (batch order)."""
+
+    plan: StepPlan
+    outputs: tuple[TokenOutput, ...]
+
+
+@dataclass(slots=True, kw_only=True)
+class BatchEngine:
+    """The scheduler state and its counters.
+
+    Parameters are those of ``SimConfig`` with the same names (times in ms, sizes in tokens).
+    Counters (cumulative since start): ``prompt_tokens_total`` (each request's prompt once, at
+    its first admission), ``generation_tokens_total``, ``num_preemptions_total`` and
+    ``finished_total`` by :class:`FinishReason` (aborts included).
+    """
+
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 8192
+    decode_base_ms: float = 20.0
+    decode_per_seq_ms: float = 1.0
+    prefill_ms_per_token: float = 0.1
+    kv_capacity_tokens: int = 65536
+    max_queue: int = 0
+    slowdown: float = 1.0
+    waiting: deque[SimRequest] = field(init=False, default_factory=deque)
+    running: list[SimRequest] = field(init=False, default_factory=list)
+    prompt_tokens_total: int = field(init=False, default=0)
+    generation_tokens_total: int = field(init=False, default=0)
+    num_preemptions_total: int = field(init=False, default=0)
+    finished_total: dict[FinishReason, int] = field(
+        init=False, default_factory=lambda: {reason: 0 for reason in FinishReason}
+    )
+    _plan: StepPlan | None = field(init=False, default=None, repr=False)
+
+    @property
+    def num_running(self) -> int:
+        """Sequences in the running batch."""
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests in the waiting queue."""
+        return len(self.waiting)
+
+    @property
+    def kv_used_tokens(self) -> int:
+        """KV tokens held by the running sequences (prompt + generated each)."""
+        return sum(r.context_tokens for r in self.running)
+
+    @property
+    def kv_usage_ratio(self) -> float:
+        """KV cache usage, 0..1: held / capacity (``vllm:kv_cache_usage_perc``)."""
+        return self.kv_used_tokens / self.kv_capacity_tokens
+
+    @property
+    def has_work(self) -> bool:
+        """True when a request is running or waiting."""
+        return bool(self.running or self.waiting)
+
+    def add_request(self, request: SimRequest) -> None:
+        """Append ``request`` to the waiting queue (FCFS).
+
+        Raises
+        ------
+        QueueFullError
+            When ``max_queue > 0`` and the waiting requests already number ``max_queue`` plus the
+            free batch slots (``max_num_seqs - running``).
+        ValueError
+            When the request's counts are out of range or prompt + max_tokens exceeds the KV
+            capacity (it could never finish).
+        """
+        if request.prompt_tokens < 1 or not 1 <= request.stop_after_tokens <= request.max_tokens:
+            raise ValueError(f"bad token counts in {request!r}")
+        if request.prompt_tokens + request.max_tokens > self.kv_capacity_tokens:
+            raise ValueError("prompt_tokens + max_tokens exceeds kv_capacity_tokens")
+        free_slots = max(0, self.max_num_seqs - len(self.running))
+        if self.max_queue > 0 and len(self.waiting) >= self.max_queue + free_slots:
+            raise QueueFullError(f"{len(self.waiting)} requests waiting (max_queue={self.max_queue})")
+        self.waiting.append(request)
+
+    def abort_request(self, request_id: str) -> bool:
+        """Remove a waiting or running request, freeing its KV; False if it is not in the engine."""
+        for queue in (self.waiting, self.running):
+            for request in queue:
+                if request.request_id == request_id:
+                    queue.remove(request)
+                    self.finished_total[FinishReason.ABORT] += 1
+                    return True
+        return False
+
+    def begin_step(self) -> StepPlan | None:
+        """Preempt, admit and time the next step; None when there is no work.
+
+        Raises
+        ------
+        RuntimeError
+            When the previous step was begun but not ended.
+        """
+        if self._plan is not None:
+            raise RuntimeError("begin_step called twice without end_step")
+        if not self.has_work:
+            return None
+        preempted: list[str] = []
+        while self.running and self.kv_used_tokens + len(self.running) > self.kv_capacity_tokens:
+            victim = self.running.pop()
+            self.waiting.appendleft(victim)
+            self.num_preemptions_total += 1
+            preempted.append(victim.request_id)
+        admitted: list[str] = []
+        prefill = 0
+        budget = self.max_num_batched_tokens - len(self.running)
+        free_kv = self.kv_capacity_tokens - self.kv_used_tokens - len(self.running)
+        while not preempted and self.waiting and len(self.running) < self.max_num_seqs:
+            head = self.waiting[0]
+            cost = head.context_tokens
+            alone = not self.running
+            if (cost > budget and not alone) or cost + 1 > free_kv:
+                break
+            self.waiting.popleft()
+            self.running.append(head)
+            admitted.append(head.request_id)
+            budget -= cost
+            free_kv -= cost + 1
+            prefill += cost
+            if not head.counted_prompt:
+                head.counted_prompt = True
+                self.prompt_tokens_total += head.prompt_tokens
+        batch_size = len(self.running)
+        duration_ms = self.slowdown * (
+            self.decode_base_ms
+            + self.decode_per_seq_ms * batch_size
+            + self.prefill_ms_per_token * prefill
+        )
+        self._plan = StepPlan(
+            batch=tuple(r.request_id for r in self.running),
+            admitted=tuple(admitted),
+            preempted=tuple(preempted),
+            prefill_tokens=prefill,
+            duration_ms=duration_ms,
+        )
+        return self._plan
+
+    def end_step(self, plan: StepPlan) -> StepResult:
+        """Give each sequence of ``plan``'s batch still running one token; retire finished ones.
+
+        Raises
+        ------
+        RuntimeError
+            When ``plan`` is not the step begun last.
+        """
+        if plan is not self._plan:
+            raise RuntimeError("end_step needs the plan returned by the last begin_step")
+        self._plan = None
+        in_batch = set(plan.batch)
+        outputs: list[TokenOutput] = []
+        for request in [r for r in self.running if r.request_id in in_batch]:
+            request.generated_tokens += 1
+            self.generation_tokens_total += 1
+            reason = None
+            if request.generated_tokens >= request.stop_after_tokens:
+                reason = (
+                    FinishReason.LENGTH
+                    if request.stop_after_tokens == request.max_tokens
+                    else FinishReason.STOP
+                )
+                self.running.remove(request)
+                self.finished_total[reason] += 1
+            outputs.append(TokenOutput(
+                request_id=request.request_id,
+                token_index=request.generated_tokens - 1,
+                finish_reason=reason,
+            ))
+        return StepResult(plan=plan, outputs=tuple(outputs))
+
+    def step(self) -> StepResult | None:
+        """:meth:`begin_step` then :meth:`end_step` at once (for tests); None when idle."""
+        plan = self.begin_step()
+        return None if plan is None else self.end_step(plan)
