@@ -67,6 +67,10 @@ def add_options(parser) -> None:
     group.add_argument("--ladder", default="1,2,4,8", help="Concurrency ladder for LadderShape, e.g. 1,2,4,8")
     group.add_argument("--dwell-s", type=float, default=20.0, help="Seconds each ladder step is held")
     group.add_argument("--warmup-s", type=float, default=5.0, help="Seconds at the start of each step left out of analysis")
+    group.add_argument(
+        "--drain-s", type=float, default=60.0,
+        help="After the last ladder step, at most this long for in-flight requests to finish and be recorded",
+    )  # fmt: skip
     group.add_argument("--baseline-requests", type=_positive_int, default=10, help="Requests for BaselineShape")
     group.add_argument(
         "--metrics-url",

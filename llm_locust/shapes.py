@@ -48,7 +48,8 @@ class LadderShape(_RecordingShape):
     """Concurrency ladder: hold each of ``--ladder`` (e.g. 1,2,4,8) users for ``--dwell-s`` seconds.
 
     The first ``--warmup-s`` seconds of each step are recorded as warm-up; ``analysis/`` leaves
-    them out. The test stops by itself after the last step.
+    them out. After the last step, requests still in flight get up to ``--drain-s`` seconds to
+    finish (no new ones start), then the test stops by itself.
 
     Raises
     ------
@@ -68,12 +69,27 @@ class LadderShape(_RecordingShape):
 
     def tick(self):
         ladder, dwell_s, _ = self._settings()
-        index = int(self.get_run_time() // dwell_s)
-        if index >= len(ladder):
-            self._finish()
+        run_time = self.get_run_time()
+        index = int(run_time // dwell_s)
+        if index < len(ladder):
+            self._enter_step(index, ladder[index])
+            return ladder[index], SPAWN_RATE_USERS_PER_S
+        return self._drain(run_time - len(ladder) * dwell_s)
+
+    def _drain(self, drain_time_s: float):
+        """After the last step: let in-flight requests finish (and be recorded), then stop.
+
+        Users stop gracefully (Locust's ``stop_timeout``, raised to ``--drain-s`` for this) so the
+        requests of the last step that are still streaming complete and count in its in-flight
+        average; at most ``--drain-s`` seconds, plus the workers' report delay.
+        """
+        self._finish()
+        drain_s = self.runner.environment.parsed_options.drain_s
+        if drain_s <= 0 or (drain_time_s > 0 and self.get_current_user_count() == 0) or drain_time_s > drain_s + 10:
             return None
-        self._enter_step(index, ladder[index])
-        return ladder[index], SPAWN_RATE_USERS_PER_S
+        environment = self.runner.environment
+        environment.stop_timeout = max(environment.stop_timeout or 0.0, drain_s)
+        return 0, SPAWN_RATE_USERS_PER_S
 
     def describe(self) -> dict:
         description = super().describe()

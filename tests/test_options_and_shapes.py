@@ -22,21 +22,30 @@ def make_shape(shape_class, clock: FakeClock, **options):
     shape.get_run_time = lambda: clock.t
     total = argparse.Namespace(num_requests=0)
     shape.runner = argparse.Namespace(
-        environment=argparse.Namespace(parsed_options=argparse.Namespace(**options)),
+        environment=argparse.Namespace(parsed_options=argparse.Namespace(**options), stop_timeout=0.0),
         stats=argparse.Namespace(total=total),
+        user_count=0,
     )
+    shape.get_current_user_count = lambda: shape.runner.user_count
     return shape, total
 
 
 def test_ladder_holds_each_step_then_stops():
     clock = FakeClock()
-    shape, _ = make_shape(LadderShape, clock, ladder="1,2,4", dwell_s=10.0, warmup_s=2.0)
+    shape, _ = make_shape(LadderShape, clock, ladder="1,2,4", dwell_s=10.0, warmup_s=2.0, drain_s=15.0)
     seen = {}
     for t in [0, 5, 9.9, 10, 19.9, 20, 29.9]:
         clock.t = t
         seen[t] = shape.tick()[0]
     assert seen == {0: 1, 5: 1, 9.9: 1, 10: 2, 19.9: 2, 20: 4, 29.9: 4}
+    # after the last step: zero users with a graceful stop until the users are gone (drain)
+    shape.runner.user_count = 4
     clock.t = 30.0
+    assert shape.tick() == (0, pytest.approx(1000.0))
+    assert shape.runner.environment.stop_timeout == 15.0
+    clock.t = 40.0
+    assert shape.tick()[0] == 0
+    shape.runner.user_count = 0
     assert shape.tick() is None
     described = shape.describe()
     assert [s["users"] for s in described["steps"]] == [1, 2, 4]
