@@ -120,7 +120,7 @@ def plot_timeline(ax: Axes, *, steps: pd.DataFrame, warmup_s: float, inflight: p
     warmup_s : float
         Warm-up at the start of each step, s.
     inflight : pandas.DataFrame
-        :func:`analysis.metrics.inflight_series` (``t_s``, ``inflight``).
+        :func:`analysis.metrics.inflight_binned` (``t_s`` bin start, ``inflight`` bin average).
     server : pandas.DataFrame
         :func:`analysis.server.server_series` (``t_s``, ``running``, ``waiting``); may be empty.
     t0_s : float
@@ -139,7 +139,7 @@ def plot_timeline(ax: Axes, *, steps: pd.DataFrame, warmup_s: float, inflight: p
                     transform=label_transform, ha="center", va="top", fontsize="small")
     if not inflight.empty:
         ax.plot(inflight["t_s"] - t0_s, inflight["inflight"], drawstyle="steps-post",
-                color="tab:gray", linewidth=1, label="client in-flight")
+                color="tab:gray", linewidth=1.2, label="client in-flight (1 s average)")
     if not server.empty:
         ax.plot(server["t_s"] - t0_s, server["running"], drawstyle="steps-post",
                 color="tab:green", linewidth=1.5, label="server running")

@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.knee import CriticalConcurrency, find_critical_concurrency, fmt_users
-from analysis.metrics import end_time_s, inflight_series
+from analysis.metrics import end_time_s, inflight_binned, inflight_series
 from analysis.plots import plot_latency, plot_throughput, plot_timeline
 from analysis.rundir import Run, load_run
 from analysis.server import server_series
@@ -65,7 +65,7 @@ class AnalysisResult:
     server : pandas.DataFrame
         Normalised server series (:func:`analysis.server.server_series`); empty without samples.
     inflight : pandas.DataFrame
-        Client in-flight step series (:func:`analysis.metrics.inflight_series`).
+        Client in-flight, 1 s averages (:func:`analysis.metrics.inflight_binned`).
     paths : ReportPaths or None
         Written files; None until :func:`write_report` ran.
     """
@@ -95,7 +95,7 @@ def analyze(run: Run, *, min_gain_per_doubling: float = 1.15, waiting_threshold:
     critical = find_critical_concurrency(table, min_gain_per_doubling=min_gain_per_doubling,
                                          waiting_threshold=waiting_threshold,
                                          ttft_growth=ttft_growth)
-    inflight = inflight_series(run.requests["t_start_s"], end_time_s(run.requests))
+    inflight = inflight_binned(inflight_series(run.requests["t_start_s"], end_time_s(run.requests)))
     return AnalysisResult(run=replace(run, steps=steps), table=table, critical=critical,
                           server=server, inflight=inflight)
 

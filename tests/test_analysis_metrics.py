@@ -2,6 +2,8 @@
 
 import math
 
+import pytest
+
 import pandas as pd
 
 from analysis.metrics import (end_time_s, inflight_series, mean_inflight, tpot_ms,
@@ -55,3 +57,13 @@ def test_inflight_series_steps():
 def test_inflight_series_empty():
     result = inflight_series(pd.Series([], dtype=float), pd.Series([], dtype=float))
     assert result.empty and list(result.columns) == ["t_s", "inflight"]
+
+
+def test_inflight_binned_averages_each_bin_exactly():
+    from analysis.metrics import inflight_binned, inflight_series
+
+    # request A on [0, 2.5), B on [1.5, 3): bin [0,1): 1; [1,2): 1 + 0.5; [2,3): 0.5 + 1
+    series = inflight_series(pd.Series([0.0, 1.5]), pd.Series([2.5, 3.0]))
+    result = inflight_binned(series, 1.0)
+    assert result["t_s"].tolist() == [0.0, 1.0, 2.0]
+    assert result["inflight"].tolist() == pytest.approx([1.0, 1.5, 1.5])
