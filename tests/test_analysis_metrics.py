@@ -2,9 +2,8 @@
 
 import math
 
-import pytest
-
 import pandas as pd
+import pytest
 
 from analysis.metrics import (end_time_s, inflight_series, mean_inflight, tpot_ms,
                               with_request_metrics)
