@@ -5,6 +5,7 @@ from __future__ import annotations
 import locust  # noqa: F401  (gevent monkey-patches on import: it must come before anything imports ssl)
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,9 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
-FIXTURES = REPO.parent / "shared" / "fixtures"
+SHARED = Path(os.environ.get("LLM_LOCUST_SHARED") or REPO.parent / "shared")
+"""The workplace's shared/ folder (fixtures, real-servers): beside the clone, or $LLM_LOCUST_SHARED."""
+FIXTURES = SHARED / "fixtures"
 
 
 @pytest.fixture

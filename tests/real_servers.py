@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from llm_locust.launcher import free_port
+from tests.conftest import SHARED
 
-REAL_SERVERS = Path(__file__).resolve().parent.parent.parent / "shared" / "real-servers"
+REAL_SERVERS = SHARED / "real-servers"
 
 
 def _require(folder: Path) -> None:
