@@ -29,11 +29,14 @@ def print_result(result) -> None:
     """Print the per-step table, the critical concurrency with its evidence, and the written files."""
     print(format_table(result.table))
     print()
-    print(critical_line(result.critical))
-    for line in result.critical.evidence:
-        print(f"  {line}")
-    if result.critical.kneed_users is not None:
-        print(f"  kneed cross-check: {result.critical.kneed_users:g} users")
+    if result.baseline is not None:  # one step: there is no ladder to find a knee on
+        print(result.baseline.text)
+    else:
+        print(critical_line(result.critical))
+        for line in result.critical.evidence:
+            print(f"  {line}")
+        if result.critical.kneed_users is not None:
+            print(f"  kneed cross-check: {result.critical.kneed_users:g} users")
     paths = result.paths
     print()
     for label, path in (("Throughput", paths.throughput_png), ("Latency", paths.latency_png),

@@ -14,6 +14,7 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.baseline import Baseline, baseline_medians
 from analysis.knee import CriticalConcurrency, find_critical_concurrency, fmt_users
 from analysis.metrics import end_time_s, inflight_binned, inflight_series
 from analysis.plots import plot_latency, plot_throughput, plot_timeline
@@ -66,6 +67,8 @@ class AnalysisResult:
         Normalised server series (:func:`analysis.server.server_series`); empty without samples.
     inflight : pandas.DataFrame
         Client in-flight, 1 s averages (:func:`analysis.metrics.inflight_binned`).
+    baseline : Baseline or None
+        Medians of a baseline run (``shape.kind == "baseline"``), else None.
     paths : ReportPaths or None
         Written files; None until :func:`write_report` ran.
     """
@@ -75,6 +78,7 @@ class AnalysisResult:
     critical: CriticalConcurrency
     server: pd.DataFrame
     inflight: pd.DataFrame
+    baseline: Baseline | None = None
     paths: ReportPaths | None = None
 
 
@@ -96,8 +100,10 @@ def analyze(run: Run, *, min_gain_per_doubling: float = 1.15, waiting_threshold:
                                          waiting_threshold=waiting_threshold,
                                          ttft_growth=ttft_growth)
     inflight = inflight_binned(inflight_series(run.requests["t_start_s"], end_time_s(run.requests)))
+    shape = run.meta.get("shape") or {}
+    baseline = baseline_medians(run.requests, shape.get("requests")) if shape.get("kind") == "baseline" else None
     return AnalysisResult(run=replace(run, steps=steps), table=table, critical=critical,
-                          server=server, inflight=inflight)
+                          server=server, inflight=inflight, baseline=baseline)
 
 
 def analyze_run(run_dir: Path | str, *, min_gain_per_doubling: float = 1.15,
@@ -226,6 +232,7 @@ def summary_markdown(result: AnalysisResult) -> str:
         f"- Requests: {len(result.run.requests)}; server metrics: "
         f"{'yes' if not result.server.empty else 'none scraped'}", "",
         "## Per-step table (steady windows)", "", markdown_table(result.table), "",
+        *([f"**{result.baseline.text}**", ""] if result.baseline is not None else []),
         "## Critical concurrency", "", f"**{critical_line(crit)}**", "",
         *[f"- {line}" for line in crit.evidence], "",
         f"kneed cross-check (knee of throughput vs log2 concurrency, not used for the verdict): "

@@ -55,7 +55,7 @@ def cmd_run(args: argparse.Namespace, locust_args: list[str]) -> int:
     if code not in (0, 1):  # 1 = some requests failed: still a measured run
         print(f"locust exited with code {code}; see {run_dir / 'locust_master.log'}", file=sys.stderr)
         return code
-    if args.no_analyze or args.shape != "ladder":
+    if args.no_analyze:
         return code
     from analysis.cli import main as analyze_main
 
