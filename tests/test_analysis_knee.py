@@ -41,7 +41,7 @@ def test_saturates_at_eight_with_queueing():
 def test_stricter_threshold_changes_verdict():
     table = _table([1, 2, 4, 8], [55, 92, 216, 227], [50, 83, 150, 1227],
                    running=[1, 2, 4, 4], waiting=[0, 0, 0, 4])
-    assert find_critical_concurrency(table, min_gain_per_doubling=1.04).users is None
+    assert find_critical_concurrency(table, min_gain_per_doubling=1.04, queued_gain_per_doubling=1.04).users is None
 
 
 def test_still_scaling_is_not_reached():
@@ -90,7 +90,8 @@ def test_gain_is_per_doubling_for_uneven_steps():
     # 4 -> 6 users, tput 100 -> 110: 1.1 ** (1 / log2 1.5) = 1.177 >= 1.15: still scaling;
     # tput 100 -> 108: 1.08 ** (1 / log2 1.5) = 1.141 < 1.15: saturated
     kwargs = dict(running=[4, 4], waiting=[2, 5])
-    rising = find_critical_concurrency(_table([4, 6], [100, 110], [100, 400], **kwargs))
+    rising = find_critical_concurrency(_table([4, 6], [100, 110], [100, 400], **kwargs),
+                                       queued_gain_per_doubling=1.15)  # the plain threshold alone
     assert rising.users is None and "gain per doubling 1.177" in rising.evidence[0]
     flat = find_critical_concurrency(_table([4, 6], [100, 108], [100, 400], **kwargs))
     assert flat.users == 4.0 and "gain per doubling 1.141" in flat.evidence[0]
@@ -121,3 +122,26 @@ def test_kneed_cross_check():
     users = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
     assert kneed_cross_check(users, np.array([47.0, 81.0, 141.0, 141.0, 124.0])) == 4.0
     assert kneed_cross_check(users[:2], np.array([47.0, 81.0])) is None
+
+
+def test_queue_at_a_full_batch_allows_a_small_gain_from_filled_gaps():
+    # measured on a real vLLM (max_num_seqs 4) under CPU contention: 198/169 = 1.172 per doubling,
+    # above 1.15 but below 1.3, while waiting 3.90 > 0.5 and running 3.54 is at its max and flat
+    table = _table([1, 2, 4, 8], [47, 80, 169, 198], [60, 85, 141, 1405],
+                   running=[0.95, 1.9, 3.47, 3.54], waiting=[0, 0, 0, 3.9])
+    result = find_critical_concurrency(table)
+    assert result.users == 4.0
+    assert "(but < 1.3 with a queue at a full batch: yes)" in result.evidence[-1]
+
+
+def test_a_small_gain_with_a_queue_but_running_still_rising_is_still_scaling():
+    # 8 vs 4: gain 1.2 < 1.3 with waiting 2, but running rose 3 -> 6 (batch not full): not saturated
+    table = _table([1, 2, 4, 8], [50, 95, 180, 216], [50, 60, 80, 400],
+                   running=[1, 2, 3, 6], waiting=[0, 0, 0, 2])
+    assert find_critical_concurrency(table).users is None
+
+
+def test_all_zero_running_is_not_a_full_batch():
+    table = _table([1, 2], [0.001, 0.001], [NAN, NAN], running=[0, 0], waiting=[0, 0])
+    result = find_critical_concurrency(table)
+    assert "at ceiling and flat: no" in result.evidence[-1]
