@@ -1,10 +1,11 @@
 """Post-run analysis of an llm-locust run directory (pure pandas/matplotlib; never imports
 locust, gevent or ``llm_locust``).
 
-Data flow: :func:`load_run` (``rundir``) -> :func:`analysis.server.server_series` and
-:func:`analysis.steps.step_table` -> :func:`find_critical_concurrency` (``knee``) ->
-:func:`analysis.report.write_report` (PNGs, ``steps.csv``, ``summary.md``).
-:func:`analyze_run` runs all of it.
+Data flow: :func:`load_run` (``rundir``) -> :func:`analysis.serversource.gather` (the server's
+metrics, log and configuration: ``prometheus``, ``serverlog``) and
+:func:`analysis.steps.step_table` -> :func:`find_critical_concurrency` (``knee``) and
+:func:`analysis.configcheck.check_config` -> :func:`analysis.report.write_report` (PNGs,
+``steps.csv``, ``summary.md``). :func:`analyze_run` runs all of it.
 """
 
 from analysis.knee import CriticalConcurrency, find_critical_concurrency

@@ -58,8 +58,10 @@ def test_two_sources_are_held_and_summed():
             server_row(T0 + 1.0, "vllm:num_requests_running", 3.0),
             server_row(T0 + 0.5, "vllm:num_requests_running", 2.0, source=other)]
     series = server_series(_samples(rows))
-    assert series["t_s"].tolist() == [T0, T0 + 0.5, T0 + 1.0]
-    assert series["running"].tolist() == [1.0, 3.0, 5.0]
+    # rows hold at most 3 scrape intervals (median gap 0.5 s, floor 1 s): the last one ends
+    assert series["t_s"].tolist() == [T0, T0 + 0.5, T0 + 1.0, T0 + 2.5]
+    assert series["running"].tolist()[:3] == [1.0, 3.0, 5.0]
+    assert math.isnan(series["running"].iloc[3])
 
 
 def test_time_average_covers_only_sampled_part():
@@ -74,7 +76,7 @@ def test_time_average_covers_only_sampled_part():
 def test_unknown_family_lists_known():
     rows = [server_row(T0, "vllm:num_requests_running", 1.0)]
     with pytest.raises(ValueError, match="vllm"):
-        server_series(_samples(rows), family="tgi")
+        server_series(_samples(rows), family="no-such-engine")
 
 
 def test_unrecognised_samples_give_empty_series():

@@ -14,7 +14,9 @@ Entry points
 Modules, in data-flow order: ``config`` (settings and flags), ``openai_request`` (parse, validate,
 prompt token count), ``engine`` (pure scheduler), ``driver`` (real-time stepping), ``text``
 (deterministic output text), ``openai_response`` (SSE chunks and bodies), ``app`` (routes),
-``metrics`` (Prometheus), ``log`` (vLLM log lines), ``server`` (process wiring).
+``metrics`` (Prometheus), ``log`` (vLLM log lines), ``flavors`` (``--flavor``: vLLM, SGLang, TGI,
+llama.cpp or a generic server's log lines, metric names and ``/props`` / ``/info``), ``server``
+(process wiring).
 """
 
 from __future__ import annotations

@@ -57,16 +57,19 @@ class SimServerApp:
         Registry rendered at ``/metrics``.
     started_s : float
         Wall clock of the server start, Unix seconds (``created`` of ``/v1/models``).
+    extra_routes : sequence of (method, path, handler), optional
+        Routes of the engine flavour (``/props``, ``/info``).
     """
 
     def __init__(
         self, *, config: SimConfig, driver: EngineDriver, registry: CollectorRegistry,
-        started_s: float,
+        started_s: float, extra_routes=(),
     ) -> None:
         self._config = config
         self._driver = driver
         self._registry = registry
         self._started_s = started_s
+        self._extra_routes = tuple(extra_routes)
         self._request_numbers = itertools.count(1)
 
     def build(self) -> web.Application:
@@ -77,6 +80,8 @@ class SimServerApp:
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
+        for method, path, handler in self._extra_routes:
+            app.router.add_route(method, path, handler)
         return app
 
     async def _health(self, request: web.Request) -> web.Response:

@@ -51,6 +51,9 @@ class SimConfig:
         Interval of the vLLM-format stats log line, s.
     stats_log : str or None, default None
         File the log is written to (truncated at startup) instead of stdout.
+    flavor : str, default "vllm"
+        Engine whose log lines and metric names the server writes (:data:`FLAVOR_NAMES`); the
+        scheduler is the same whatever the flavour.
     """
 
     host: str = "127.0.0.1"
@@ -68,6 +71,7 @@ class SimConfig:
     seed: int = 0
     log_stats_interval_s: float = 2.0
     stats_log: str | None = None
+    flavor: str = "vllm"
 
     def __post_init__(self) -> None:
         """Check the settings.
@@ -93,12 +97,17 @@ class SimConfig:
             raise ValueError(f"max_queue must not be negative, got {self.max_queue}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
+        if self.flavor not in FLAVOR_NAMES:
+            raise ValueError(f"unknown flavor {self.flavor!r}; known: {list(FLAVOR_NAMES)}")
         if self.kv_capacity_tokens < self.max_model_len:
             raise ValueError(
                 f"kv_capacity_tokens={self.kv_capacity_tokens} is smaller than "
                 f"max_model_len={self.max_model_len}: one full-length request would not fit"
             )
 
+
+FLAVOR_NAMES: tuple[str, ...] = ("vllm", "sglang", "tgi", "llamacpp", "generic")
+"""Engine flavours (``flavors/``): vLLM V1, SGLang, TGI, llama.cpp, a generic server."""
 
 _DEFAULTS = SimConfig()
 
@@ -119,6 +128,8 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--seed", int, "seed of generated text and early-stop lengths"),
     ("--log-stats-interval-s", float, "interval of the vLLM V1 stats log line, s"),
     ("--stats-log", str, "write the log to this file (truncated) instead of stdout"),
+    ("--flavor", str, "engine whose log lines and metric names are written: "
+                      + ", ".join(FLAVOR_NAMES)),
 )
 
 
@@ -174,7 +185,7 @@ def non_default_args(config: SimConfig) -> dict[str, Any]:
         "max_num_batched_tokens": config.max_num_batched_tokens,
     }
     for field in dataclasses.fields(SimConfig):
-        if field.name in result or field.name in ("model_name", "stats_log"):
+        if field.name in result or field.name in ("model_name", "stats_log", "flavor"):
             continue
         value = getattr(config, field.name)
         if value != getattr(_DEFAULTS, field.name):

@@ -6,16 +6,33 @@ its request's queue. Sleeps follow an absolute schedule (``next_t += step``; sle
 :data:`MAX_LAG_S` behind (a stalled loop) the schedule restarts from now instead of bursting.
 While the engine is idle the task waits on an ``asyncio.Event`` set by :meth:`submit` (no busy
 loop), and the schedule restarts at the next request.
+
+An optional listener (an engine flavour's log writer, ``flavors/``) is told of every
+submission, step begin and end, and abort, with the wall-clock time (Unix s).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Protocol
 
-from llm_locust.simserver.engine import BatchEngine, SimRequest, TokenOutput
+from llm_locust.simserver.engine import BatchEngine, SimRequest, StepPlan, StepResult, TokenOutput
 
 MAX_LAG_S = 0.25
 """How far behind its schedule the step loop may run before it resets the schedule, s."""
+
+
+class EngineListener(Protocol):
+    """What a listener of :class:`EngineDriver` implements (all times wall clock, Unix s)."""
+
+    def on_submit(self, request: SimRequest, wall_s: float) -> None: ...
+
+    def on_step_begin(self, plan: StepPlan, wall_s: float) -> None: ...
+
+    def on_step_end(self, result: StepResult, wall_s: float) -> None: ...
+
+    def on_abort(self, request_id: str, wall_s: float) -> None: ...
 
 
 class EngineDriver:
@@ -25,10 +42,13 @@ class EngineDriver:
     ----------
     engine : BatchEngine
         The engine to drive (also read by metrics and the stats logger).
+    listener : EngineListener, optional
+        Told of submissions, steps and aborts.
     """
 
-    def __init__(self, *, engine: BatchEngine) -> None:
+    def __init__(self, *, engine: BatchEngine, listener: EngineListener | None = None) -> None:
         self.engine = engine
+        self.listener = listener
         self._queues: dict[str, asyncio.Queue[TokenOutput]] = {}
         self._wake = asyncio.Event()
 
@@ -46,13 +66,18 @@ class EngineDriver:
         queue: asyncio.Queue[TokenOutput] = asyncio.Queue()
         self._queues[request.request_id] = queue
         self._wake.set()
+        if self.listener is not None:
+            self.listener.on_submit(request, time.time())
         return queue
 
     def abort(self, request_id: str) -> bool:
         """Remove a request from the engine and forget its queue (client gone); True if it was
         still waiting or running."""
         self._queues.pop(request_id, None)
-        return self.engine.abort_request(request_id)
+        removed = self.engine.abort_request(request_id)
+        if removed and self.listener is not None:
+            self.listener.on_abort(request_id, time.time())
+        return removed
 
     async def run(self) -> None:
         """Step the engine in real time until cancelled."""
@@ -65,12 +90,16 @@ class EngineDriver:
                 await self._wake.wait()
                 next_t = None
                 continue
+            if self.listener is not None:
+                self.listener.on_step_begin(plan, time.time())
             now = loop.time()
             if next_t is None or now - next_t > MAX_LAG_S:
                 next_t = now
             next_t += plan.duration_ms / 1000.0
             await asyncio.sleep(max(0.0, next_t - loop.time()))
             result = self.engine.end_step(plan)
+            if self.listener is not None:
+                self.listener.on_step_end(result, time.time())
             for output in result.outputs:
                 queue = self._queues.get(output.request_id)
                 if queue is not None:

@@ -9,6 +9,9 @@ Startup prints, in this order, to the log (stdout, or ``--stats-log``)::
 The last line carries the port actually bound (useful with ``--port 0``); when the log goes to a
 file, that line is printed to stdout as well, so a parent process can always read the port from
 stdout with ``Starting vLLM server on http://(?P<host>[^\\s]+):(?P<port>\\d+)``.
+
+With ``--flavor`` other than ``vllm`` the log holds that engine's startup, batch and request
+lines and ``/metrics`` its names (``flavors/``); the stdout port line stays the same.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ import time
 from aiohttp import web
 
 from llm_locust.simserver.app import SimServerApp
-from llm_locust.simserver.config import SimConfig, non_default_args
+from llm_locust.simserver.config import SimConfig
 from llm_locust.simserver.driver import EngineDriver
 from llm_locust.simserver.engine import BatchEngine
-from llm_locust.simserver.log import LogWriter, StatsLogger, format_log_line, make_access_logger
-from llm_locust.simserver.metrics import build_registry
+from llm_locust.simserver.flavors import make_flavor
+from llm_locust.simserver.flavors.vllm import startup_lines
+from llm_locust.simserver.log import LogWriter, format_log_line, make_access_logger
 
 SHUTDOWN_TIMEOUT_S = 0.5
 """Grace period for open responses at shutdown before their handlers are cancelled, s."""
@@ -52,19 +56,6 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _startup_lines(config: SimConfig, port: int) -> list[tuple[str, str]]:
-    args = non_default_args(config)
-    args["port"] = port
-    concurrency = config.kv_capacity_tokens / config.max_model_len
-    return [
-        ("api_utils.py:286", f"non-default args: {args!r}"),
-        ("kv_cache_utils.py:2327",
-         f"GPU KV cache size: {config.kv_capacity_tokens:,} tokens, Maximum concurrency for "
-         f"{config.max_model_len:,} tokens per request: {concurrency:.2f}x"),
-        ("entry.py:140", f"Starting vLLM server on http://{config.host}:{port}"),
-    ]
-
-
 async def serve(config: SimConfig, *, stop: asyncio.Event | None = None) -> None:
     """Serve ``config`` until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is None).
 
@@ -80,13 +71,16 @@ async def serve(config: SimConfig, *, stop: asyncio.Event | None = None) -> None
             loop.add_signal_handler(signum, stop.set)
     writer = LogWriter.open(config.stats_log)
     engine = make_engine(config)
-    driver = EngineDriver(engine=engine)
     started_s = time.time()
-    registry = build_registry(engine=engine, config=config, created_s=started_s)
-    app = SimServerApp(config=config, driver=driver, registry=registry, started_s=started_s)
+    flavor = make_flavor(config.flavor, config=config, engine=engine, writer=writer,
+                         started_s=started_s)
+    driver = EngineDriver(engine=engine, listener=flavor)
+    app = SimServerApp(config=config, driver=driver, registry=flavor.registry(),
+                       started_s=started_s, extra_routes=flavor.routes())
+    access = ({"access_log_class": make_access_logger(writer)} if flavor.access_log
+              else {"access_log": None})
     runner = web.AppRunner(
-        app.build(), handler_cancellation=True, access_log_class=make_access_logger(writer),
-        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        app.build(), handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT_S, **access,
     )
     await runner.setup()
     tasks: list[asyncio.Task] = []
@@ -94,14 +88,11 @@ async def serve(config: SimConfig, *, stop: asyncio.Event | None = None) -> None
         sock = _bind(config.host, config.port)
         await web.SockSite(runner, sock).start()
         port = sock.getsockname()[1]
-        lines = _startup_lines(config, port)
-        for source, message in lines:
-            writer.info(source, message)
+        flavor.startup(port)
         if not writer.is_stdout:  # the port line always reaches stdout
-            source, message = lines[-1]
+            source, message = startup_lines(config, port)[-1]
             print(format_log_line(source=source, message=message, wall_s=time.time()), flush=True)
-        stats = StatsLogger(engine=engine, writer=writer, interval_s=config.log_stats_interval_s)
-        tasks = [asyncio.create_task(driver.run()), asyncio.create_task(stats.run())]
+        tasks = [asyncio.create_task(driver.run()), asyncio.create_task(flavor.run_intervals())]
         await stop.wait()
     finally:
         await runner.cleanup()

@@ -1,0 +1,110 @@
+"""The generic flavour: a server no built-in parser knows ("DeepInfer"), read by a user format.
+
+Every interval while busy it logs ``2025-11-30 12:23:03.123 INFO scheduler: batch size=2,
+wait=12.5ms, queue=3`` (the batch running, the mean queue wait of the requests admitted in the
+interval, the requests queued), at startup ``… INFO config: max_batch_size=2, kv_tokens=65536``,
+and exposes ``deepinfer_batch_size``, ``deepinfer_queue_size`` (gauges),
+``deepinfer_generated_tokens_total`` (counter) and ``deepinfer_max_batch_size``. The format file
+that reads it is :data:`FORMAT_TOML`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from llm_locust.simserver.engine import StepPlan
+from llm_locust.simserver.flavors.base import Flavor
+
+FORMAT_TOML = r"""# Reads the embedded server's generic flavour ("DeepInfer")
+name = "deepinfer"
+
+[log]
+timestamp = '^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)'
+timestamp_format = "iso"
+
+[[log.series]]
+pattern = 'batch size=(?P<running>\d+), wait=[\d.]+ms, queue=(?P<waiting>\d+)'
+
+[[log.config]]
+pattern = 'max_batch_size=(?P<batch_ceiling>\d+), kv_tokens=(?P<kv_capacity_tokens>\d+)'
+batch_ceiling_name = "max_batch_size"
+
+[[log.errors]]
+kind = "queue_full"
+pattern = 'request rejected: queue full'
+
+[metrics]
+running = "deepinfer_batch_size"
+waiting = "deepinfer_queue_size"
+gen_tps = { name = "deepinfer_generated_tokens_total", kind = "counter" }
+
+[metrics.config]
+batch_ceiling = "deepinfer_max_batch_size"
+"""
+"""A user format file that reads this flavour."""
+
+
+def local_stamp(wall_s: float) -> str:
+    """``YYYY-MM-DD HH:MM:SS.mmm`` in local time."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wall_s)) + f".{int(wall_s * 1000) % 1000:03d}"
+
+
+class GenericCollector(Collector):
+    """``deepinfer_`` metrics read from the engine at scrape time."""
+
+    def __init__(self, flavor: "GenericFlavor") -> None:
+        self.flavor = flavor
+
+    def collect(self) -> Iterator[Metric]:
+        engine, config = self.flavor.engine, self.flavor.config
+        for name, doc, value in (("deepinfer_batch_size", "Sequences in the batch", engine.num_running),
+                                 ("deepinfer_queue_size", "Requests queued", engine.num_waiting),
+                                 ("deepinfer_max_batch_size", "Batch ceiling", config.max_num_seqs)):
+            family = GaugeMetricFamily(name, doc)
+            family.add_metric([], value)
+            yield family
+        family = CounterMetricFamily("deepinfer_generated_tokens", "Tokens generated")
+        family.add_metric([], engine.generation_tokens_total)
+        yield family
+
+
+class GenericFlavor(Flavor):
+    """"DeepInfer": one ``batch size=…, wait=…ms, queue=…`` line per interval while busy."""
+
+    name = "generic"
+    access_log = False
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._waits: list[float] = []
+
+    def _line(self, wall_s: float, message: str, level: str = "INFO") -> None:
+        self.writer.write_line(f"{local_stamp(wall_s)} {level} {message}")
+
+    def startup(self, port: int) -> None:
+        c = self.config
+        self._line(time.time(), f"config: max_batch_size={c.max_num_seqs}, "
+                                f"kv_tokens={c.kv_capacity_tokens}")
+        self._line(time.time(), f"server: listening on http://{c.host}:{port}")
+
+    def step_begun(self, plan: StepPlan, wall_s: float) -> None:
+        for request_id in plan.admitted:
+            times = self.requests.get(request_id)
+            if times is not None:
+                self._waits.append(wall_s - times.submitted_s)
+
+    def interval(self, now_mono: float) -> None:
+        engine = self.engine
+        waits, self._waits = self._waits, []
+        if engine.num_running == 0 and not waits:
+            return
+        wait_ms = 1000 * sum(waits) / len(waits) if waits else 0.0
+        self._line(time.time(), f"scheduler: batch size={engine.num_running}, "
+                                f"wait={wait_ms:.1f}ms, queue={engine.num_waiting}")
+
+    def collector(self) -> Collector:
+        return GenericCollector(self)
