@@ -10,6 +10,8 @@ Files read (schema version 1, see DESIGN.md "Run directory"):
     One row per request, columns :data:`REQUEST_COLUMNS`. Empty cell = not measured (NaN).
 ``server_metrics.csv`` (optional)
     Scraped Prometheus samples in long format, columns :data:`SERVER_COLUMNS`.
+``server.log``, ``server_log_stamps.csv``, ``server_info.json``, ``server_log_format.toml``
+    (optional) The server's log and what else it says about itself: :mod:`analysis.serverfiles`.
 
 All validation happens here, at the edge; everything downstream trusts the dtypes set here.
 """
@@ -18,12 +20,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from analysis.serverfiles import ServerFiles, ServerFilesError, read_server_files
 
 SCHEMA_VERSIONS: tuple[int, ...] = (1,)
 """run.json schema versions this package can read."""
@@ -33,7 +37,21 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "prompt_tokens", "output_tokens", "tokens_source", "content_events", "finish_reason",
     "status_code", "error_kind", "error_message",
 )
-"""Columns of ``requests.csv`` (file order)."""
+"""Columns every ``requests.csv`` has (file order)."""
+
+OPTIONAL_REQUEST_COLUMNS: dict[str, str] = {
+    "first_answer_ms": "float", "conn_wait_ms": "float", "connect_ms": "float", "sse_events": "float",
+    "token_times_us": "str", "event_tokens": "str", "max_tokens": "float", "ignore_eos_violated": "float",
+    "response_id": "str",
+}
+"""Columns added after the first run directories (appended after :data:`REQUEST_COLUMNS`, in
+this order): ``first_answer_ms`` (sent -> first answer-text event, ms), ``conn_wait_ms`` (wait
+for a free connection before sending, ms), ``connect_ms`` (new connection's connect time, ms),
+``sse_events`` (SSE data events received), ``token_times_us`` (arrival of each token event, µs
+from the send, space-separated), ``event_tokens`` (tokens per token event, "" when unknown),
+``max_tokens`` (requested limit, 0 = none named), ``ignore_eos_violated`` (0/1),
+``response_id``. Missing in an older file: float columns read as NaN (``conn_wait_ms``,
+``ignore_eos_violated``: 0), string columns as "". ``analysis/itl.py`` derives ITL from them."""
 
 REQUEST_FLOAT_COLUMNS: tuple[str, ...] = (
     "t_start_s", "headers_ms", "ttft_ms", "e2e_ms", "prompt_tokens", "output_tokens",
@@ -70,7 +88,8 @@ class Run:
         ``run.json`` as parsed.
     requests : pandas.DataFrame
         ``requests.csv``: :data:`REQUEST_FLOAT_COLUMNS` as float64 (NaN = not measured), the
-        rest as strings ("" when empty).
+        rest as strings ("" when empty); then :data:`OPTIONAL_REQUEST_COLUMNS` (filled in when an
+        older file lacks them).
     server_samples : pandas.DataFrame
         ``server_metrics.csv`` (columns :data:`SERVER_COLUMNS`; ``t_s`` and ``value`` float64),
         empty when the file is absent or empty.
@@ -78,6 +97,9 @@ class Run:
         Load-shape steps: ``step`` (int64), ``target_users`` (float64, users), ``start_s`` and
         ``end_s`` (float64, wall clock Unix s; a null ``end_s`` becomes the next step's start,
         or ``ended_at_s`` for the last step). Sorted by ``start_s``.
+    server_files : ServerFiles
+        Server log, its arrival stamps, ``/props`` / ``/info`` bodies, user format file
+        (:mod:`analysis.serverfiles`); empty when absent.
     """
 
     run_dir: Path
@@ -85,6 +107,7 @@ class Run:
     requests: pd.DataFrame
     server_samples: pd.DataFrame
     steps: pd.DataFrame
+    server_files: ServerFiles = field(default_factory=ServerFiles)
 
     @property
     def started_at_s(self) -> float:
@@ -102,14 +125,17 @@ class Run:
         return float(self.meta.get("shape", {}).get("warmup_s") or 0.0)
 
 
-def load_run(run_dir: Path | str) -> Run:
+def load_run(run_dir: Path | str, *, server_log: Path | str | None = None,
+             server_log_format: Path | str | None = None) -> Run:
     """Read and validate a run directory.
 
     Parameters
     ----------
     run_dir : Path or str
         Directory holding ``run.json`` and ``requests.csv`` (and optionally
-        ``server_metrics.csv``).
+        ``server_metrics.csv`` and the server-side files of :mod:`analysis.serverfiles`).
+    server_log, server_log_format : Path or str, optional
+        A server log / user format file to read instead of the run directory's own.
 
     Returns
     -------
@@ -121,7 +147,8 @@ def load_run(run_dir: Path | str) -> Run:
         If the directory, ``run.json`` or ``requests.csv`` is missing; if ``run.json`` is not
         valid JSON, lacks ``schema_version``/``started_at_s``/``ended_at_s`` or has an unknown
         ``schema_version``; if a CSV lacks required columns (the message lists them), holds a
-        non-numeric value in a numeric column, or an ``error_kind`` outside the closed set.
+        non-numeric value in a numeric column, or an ``error_kind`` outside the closed set; if a
+        server-side file is unreadable (:class:`analysis.serverfiles.ServerFilesError`).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -130,7 +157,13 @@ def load_run(run_dir: Path | str) -> Run:
     requests = _read_requests(run_dir / "requests.csv")
     server = _read_server(run_dir / "server_metrics.csv")
     steps = _steps_frame(meta, run_dir / "run.json")
-    return Run(run_dir=run_dir, meta=meta, requests=requests, server_samples=server, steps=steps)
+    try:
+        files = read_server_files(run_dir, server_log=server_log,
+                                  server_log_format=server_log_format)
+    except ServerFilesError as exc:
+        raise RunDirError(str(exc)) from exc
+    return Run(run_dir=run_dir, meta=meta, requests=requests, server_samples=server, steps=steps,
+               server_files=files)
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
@@ -191,6 +224,14 @@ def _read_requests(path: Path) -> pd.DataFrame:
     out = frame[list(REQUEST_COLUMNS)].copy()
     for column in REQUEST_FLOAT_COLUMNS:
         out[column] = _to_float(frame, column, path)
+    for column, dtype in OPTIONAL_REQUEST_COLUMNS.items():
+        if column not in frame.columns:
+            default = "" if dtype == "str" else (0.0 if column in ("conn_wait_ms", "ignore_eos_violated") else np.nan)
+            out[column] = pd.Series(default, index=frame.index, dtype=str if dtype == "str" else "float64")
+        elif dtype == "str":
+            out[column] = frame[column].astype(str)
+        else:
+            out[column] = _to_float(frame, column, path)
     out["error_kind"] = out["error_kind"].str.strip()
     unknown = sorted(set(out["error_kind"]) - ERROR_KINDS - {""})
     if unknown:

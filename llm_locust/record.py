@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
+from operator import attrgetter
 
 
 class ErrorKind(str, enum.Enum):
@@ -54,10 +55,19 @@ class ErrorKind(str, enum.Enum):
 
 
 class TokensSource(str, enum.Enum):
-    """Where ``output_tokens`` came from: the server's ``usage`` or a count of content chunks."""
+    """Where ``output_tokens`` came from.
+
+    ``USAGE``: the server's total (``usage.completion_tokens``, TGI ``details.generated_tokens``);
+    ``EVENTS``: the sum of per-event counts the protocol states (TGI: one token per event) when no
+    total came; ``TOKENIZER``: the ``--tokenizer`` run once on the joined text; ``HEURISTIC``:
+    :func:`llm_locust.tokens.heuristic_tokens` on the joined text. Run directories written before
+    these kinds existed hold ``chunks`` (a count of content events).
+    """
 
     USAGE = "usage"
-    CHUNKS = "chunks"
+    EVENTS = "events"
+    TOKENIZER = "tokenizer"
+    HEURISTIC = "heuristic"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -73,7 +83,8 @@ class RequestRecord:
     name : str
         Locust request name (the row in Locust's stats table).
     t_start_s : float
-        Wall clock (Unix seconds) when the request was sent.
+        Wall clock (Unix seconds) when the request was sent: after any wait for a free connection
+        (``conn_wait_ms``), before connecting (when a new connection is opened) and writing.
     headers_ms : float
         Sent -> response headers received, ms (NaN if none arrived).
     ttft_ms : float
@@ -84,12 +95,14 @@ class RequestRecord:
     prompt_tokens : float
         ``usage.prompt_tokens`` when the server sent it, else NaN.
     output_tokens : int
-        ``usage.completion_tokens`` when sent (``tokens_source="usage"``), else the number of
-        content-carrying events (``"chunks"``).
+        The server's count when it sent one (``tokens_source="usage"``), else the sum of the
+        per-event counts the protocol states (``"events"``), else an estimate on the joined text
+        (``"tokenizer"`` or ``"heuristic"``, never more than ``max_tokens``). Tokens received
+        before a failure are kept here (successes-only statistics leave them out).
     tokens_source : str
         A :class:`TokensSource` value.
     content_events : int
-        Number of SSE events that carried generated text.
+        Number of SSE events that carried generated text (the token events).
     finish_reason : str
         Last ``finish_reason`` the server sent, "" if none.
     status_code : int
@@ -98,6 +111,31 @@ class RequestRecord:
         An :class:`ErrorKind` value, "" for a success.
     error_message : str
         Short description of the failure (at most 200 characters), "" for a success.
+    first_answer_ms : float
+        Sent -> first event carrying answer text (``content``; reasoning and tool calls do not
+        count), ms. NaN when none arrived.
+    conn_wait_ms : float
+        Time spent waiting for a free connection before the request was sent (only with
+        ``--connections`` below the number of users), ms; in no other interval.
+    connect_ms : float
+        Time to open a new TCP (and TLS) connection, ms, part of ``headers_ms`` and ``ttft_ms``;
+        NaN when a kept-alive connection was reused.
+    sse_events : int
+        SSE events with data received (role, token, usage and ``[DONE]`` events alike).
+    token_times_us : str
+        When each token event (``content_events`` of them) arrived: offsets from the send, in
+        whole microseconds, space-separated. The first is ``ttft_ms`` (rounded).
+    event_tokens : str
+        Tokens each token event carried, space-separated, when the server stated them (TGI, or
+        ``continuous_usage_stats``); "" when it did not (``analysis/itl.py`` then counts one
+        token for the first event and spreads the other ``output_tokens - 1`` evenly).
+    max_tokens : int
+        The output token limit the request asked for (0 when the body named none).
+    ignore_eos_violated : int
+        1 when ``ignore_eos`` was asked for but the server stopped early (a finish reason other
+        than ``length`` with fewer than ``max_tokens`` tokens), else 0. Not a failure.
+    response_id : str
+        The server's id of the response (OpenAI chunk ``id``), "" if none.
     """
 
     request_id: str
@@ -109,12 +147,21 @@ class RequestRecord:
     e2e_ms: float = math.nan
     prompt_tokens: float = math.nan
     output_tokens: int = 0
-    tokens_source: str = TokensSource.CHUNKS.value
+    tokens_source: str = TokensSource.HEURISTIC.value
     content_events: int = 0
     finish_reason: str = ""
     status_code: int = 0
     error_kind: str = ErrorKind.NONE.value
     error_message: str = ""
+    first_answer_ms: float = math.nan
+    conn_wait_ms: float = 0.0
+    connect_ms: float = math.nan
+    sse_events: int = 0
+    token_times_us: str = ""
+    event_tokens: str = ""
+    max_tokens: int = 0
+    ignore_eos_violated: int = 0
+    response_id: str = ""
 
     @property
     def ok(self) -> bool:
@@ -123,8 +170,10 @@ class RequestRecord:
 
     def to_row(self) -> tuple:
         """The record as a tuple in :data:`CSV_COLUMNS` order (picklable, msgpack-able)."""
-        return astuple(self)
+        return _ROW(self)
 
 
 CSV_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
-"""Column names of ``requests.csv``, in file order."""
+"""Column names of ``requests.csv``, in file order (columns are only ever added at the end)."""
+
+_ROW = attrgetter(*CSV_COLUMNS)

@@ -50,3 +50,28 @@ def sent_times(process: subprocess.Popen) -> dict[int, float]:
             _, index, t = line.split()
             stamps[int(index)] = float(t)
     return stamps
+
+
+def server_log(process: subprocess.Popen) -> dict:
+    """What the scripted server printed (call after it was killed): ``connections`` (count),
+    ``requests`` (request lines), ``bodies`` (request bodies, bytes, in order) and ``sent`` (as
+    :func:`sent_times`)."""
+    log = {"connections": 0, "bodies": [], "sent": {}, "requests": []}
+    for line in process.stderr.read().splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "CONN":
+            log["connections"] += 1
+        elif kind == "REQ":
+            log["requests"].append(rest)
+        elif kind == "BODY":
+            log["bodies"].append(bytes.fromhex(rest))
+        elif kind == "SENT":
+            index, t = rest.split()
+            log["sent"][int(index)] = float(t)
+    return log
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Kill a scripted server (one this test started) and wait for it."""
+    process.kill()
+    process.wait(timeout=10)

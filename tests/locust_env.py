@@ -1,4 +1,4 @@
-"""Build a real Locust environment and one LLMUser in-process, for measurement tests."""
+"""Build a real Locust environment and LLMUsers in-process, for measurement tests."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import llm_locust.plugin  # noqa: F401  (registers llm-locust's options on Locus
 from llm_locust.user import LLMUser
 
 
-def make_user(host: str, *args: str):
-    """An ``LLMUser`` on a local Environment whose options are Locust's parser run on ``args``.
+def make_users(host: str, count: int, *args: str):
+    """``count`` LLMUsers on one local Environment whose options are Locust's parser run on ``args``.
 
-    Returns ``(user, environment, events_fired)`` where ``events_fired`` collects every Locust
+    Returns ``(users, environment, events_fired)`` where ``events_fired`` collects every Locust
     request event's keyword arguments.
     """
     options = get_parser().parse_args(["-f", "x.py", "--host", host, "--model", "m", *args])
@@ -21,6 +21,13 @@ def make_user(host: str, *args: str):
     environment.create_local_runner()
     fired = []
     environment.events.request.add_listener(lambda **kwargs: fired.append(kwargs))
-    user = user_class(environment)
-    user.on_start()
-    return user, environment, fired
+    users = [user_class(environment) for _ in range(count)]
+    for user in users:
+        user.on_start()
+    return users, environment, fired
+
+
+def make_user(host: str, *args: str):
+    """One LLMUser: ``(user, environment, events_fired)`` (see :func:`make_users`)."""
+    users, environment, fired = make_users(host, 1, *args)
+    return users[0], environment, fired

