@@ -6,8 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from analysis.report import analyze_run, critical_line, format_table
+from analysis.report import analyze_run, config_line, critical_line, format_table
 from analysis.rundir import RunDirError
+from analysis.serverlog import TimeSource
+from analysis.serversource import ServerOptions, ServerSource
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +25,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ttft-growth", type=float, default=1.5, metavar="X",
                         help="TTFT p50 ratio to the previous step above which TTFT climbs "
                              "(default: %(default)s)")
+    add_server_arguments(parser)
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """How to read the server side: source policy, log, format file, family, time zone."""
+    parser.add_argument("--server-source", choices=[s.value for s in ServerSource], default="auto",
+                        help="server data for the step table: metrics, log, both (metrics first, "
+                             "the log where metrics have no value) or auto (what exists; default)")
+    parser.add_argument("--server-log", type=Path, default=None, metavar="PATH",
+                        help="read this server log instead of RUN_DIR/server.log")
+    parser.add_argument("--server-log-format", type=Path, default=None, metavar="FILE",
+                        help="user format file (TOML: named-group regexes, metric names) for a "
+                             "server without a built-in parser")
+    parser.add_argument("--server-family", default=None, metavar="NAME",
+                        help="force the engine: vllm, sglang, tgi, llamacpp, triton or generic "
+                             "(default: detected)")
+    parser.add_argument("--server-log-tz", default=None, metavar="TZ",
+                        help="time zone of log stamps without one (UTC, local, +05:30, "
+                             "Europe/Paris; default: the run master's, else UTC)")
+    parser.add_argument("--server-log-time", choices=[t.value for t in TimeSource],
+                        default="auto", help="place log lines by their arrival stamps, their "
+                                             "own stamps, or auto (default)")
+
+
+def server_options(args: argparse.Namespace) -> ServerOptions:
+    """The :class:`ServerOptions` of parsed ``analyze`` arguments."""
+    return ServerOptions(source=ServerSource(args.server_source), family=args.server_family,
+                         tz=args.server_log_tz, time_source=TimeSource(args.server_log_time))
 
 
 def print_result(result) -> None:
@@ -37,6 +67,10 @@ def print_result(result) -> None:
             print(f"  {line}")
         if result.critical.kneed_users is not None:
             print(f"  kneed cross-check: {result.critical.kneed_users:g} users")
+    if config_line(result):
+        print(config_line(result))
+        for detail in result.config_check.details:
+            print(f"  {detail}")
     paths = result.paths
     print()
     for label, path in (("Throughput", paths.throughput_png), ("Latency", paths.latency_png),
@@ -51,13 +85,16 @@ def run(args: argparse.Namespace) -> int:
     Returns
     -------
     int
-        0 on success, 2 when the run directory cannot be read (message on stderr).
+        0 on success, 2 when the run directory cannot be read or a server option is wrong
+        (message on stderr).
     """
     try:
         result = analyze_run(args.run_dir, min_gain_per_doubling=args.min_gain_per_doubling,
                              waiting_threshold=args.waiting_threshold,
-                             ttft_growth=args.ttft_growth)
-    except RunDirError as exc:
+                             ttft_growth=args.ttft_growth, server=server_options(args),
+                             server_log=args.server_log,
+                             server_log_format=args.server_log_format)
+    except (RunDirError, ValueError) as exc:
         print(f"llm-locust analyze: error: {exc}", file=sys.stderr)
         return 2
     print_result(result)

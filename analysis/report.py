@@ -15,11 +15,16 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.baseline import Baseline, baseline_medians
+from analysis.configcheck import ConfigCheck, check_config
 from analysis.knee import CriticalConcurrency, find_critical_concurrency, fmt_users
 from analysis.metrics import end_time_s, inflight_binned, inflight_series
 from analysis.plots import plot_latency, plot_throughput, plot_timeline
 from analysis.rundir import Run, load_run
-from analysis.server import server_series
+from analysis.serverlog.errors import count_by_kind
+from analysis.serversource import (
+    ServerEvidence, ServerOptions, choose_step_means, describe_sources, gather,
+    step_server_means,
+)
 from analysis.steps import step_table, step_windows
 
 PLOT_STYLE: dict[str, object] = {
@@ -64,13 +69,21 @@ class AnalysisResult:
         Per-step table (:func:`analysis.steps.step_table`).
     critical : CriticalConcurrency
     server : pandas.DataFrame
-        Normalised server series (:func:`analysis.server.server_series`); empty without samples.
+        Normalised server series drawn on the timeline (:mod:`analysis.series`; metrics, or the
+        log under the ``log`` policy or without metrics); empty without server data.
     inflight : pandas.DataFrame
         Client in-flight, 1 s averages (:func:`analysis.metrics.inflight_binned`).
     baseline : Baseline or None
         Medians of a baseline run (``shape.kind == "baseline"``), else None.
     paths : ReportPaths or None
         Written files; None until :func:`write_report` ran.
+    evidence : ServerEvidence or None
+        Everything read about the server (metrics, log, configuration).
+    server_source_line : str
+        Which source the step table's server columns came from (also the first line of the
+        critical-concurrency evidence).
+    config_check : ConfigCheck or None
+        "Batching settings took effect: …".
     """
 
     run: Run
@@ -80,35 +93,74 @@ class AnalysisResult:
     inflight: pd.DataFrame
     baseline: Baseline | None = None
     paths: ReportPaths | None = None
+    evidence: ServerEvidence | None = None
+    server_source_line: str = ""
+    config_check: ConfigCheck | None = None
 
 
 def analyze(run: Run, *, min_gain_per_doubling: float = 1.15, waiting_threshold: float = 0.5,
-            ttft_growth: float = 1.5) -> AnalysisResult:
-    """Compute the step table, server series and critical concurrency of a loaded run (no I/O).
+            ttft_growth: float = 1.5, server: ServerOptions | None = None) -> AnalysisResult:
+    """Compute the step table, server series, critical concurrency and config check (no I/O).
 
     A run without shape steps (``shape.kind == "none"``) is treated as one step spanning the
     whole run with unknown target concurrency. Thresholds are those of
-    :func:`analysis.knee.find_critical_concurrency`.
+    :func:`analysis.knee.find_critical_concurrency`. The step table's server columns come from
+    the source chosen by ``server.source`` (:mod:`analysis.serversource`): ``auto`` (default)
+    uses metrics first and the log where metrics have no value; the table's ``server_source``
+    column and the first evidence line say which source each step used.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``server.family`` or time zone, or an unusable user format file.
     """
+    options = server or ServerOptions()
     steps = run.steps
     if steps.empty:
         steps = pd.DataFrame({"step": [0], "target_users": [float("nan")],
                               "start_s": [run.started_at_s], "end_s": [run.ended_at_s]})
-    server = server_series(run.server_samples)
-    table = step_table(run.requests, step_windows(steps, run.warmup_s), server)
+    evidence = gather(run, options)
+    policy = evidence.resolve(options.source)
+    windows = step_windows(steps, run.warmup_s)
+    table = step_table(run.requests, windows, None)
+    means, labels = choose_step_means(step_server_means(windows, evidence.metrics),
+                                      step_server_means(windows, evidence.log_series), policy)
+    for column in means.columns:
+        table[column] = means[column].to_numpy("float64")
+    table["server_source"] = pd.Series(labels, index=table.index, dtype=str)
     critical = find_critical_concurrency(table, min_gain_per_doubling=min_gain_per_doubling,
                                          waiting_threshold=waiting_threshold,
                                          ttft_growth=ttft_growth)
+    source_line = describe_sources(evidence, options.source, labels)
+    critical = replace(critical, evidence=(source_line,) + critical.evidence)
+    server_series = evidence.series(options.source)
+    check = check_config(evidence.config, server_series, table, window_start_s=run.started_at_s,
+                         window_end_s=run.ended_at_s, request_tokens=_request_tokens(run),
+                         waiting_threshold=waiting_threshold)
     inflight = inflight_binned(inflight_series(run.requests["t_start_s"], end_time_s(run.requests)))
     shape = run.meta.get("shape") or {}
     baseline = baseline_medians(run.requests, shape.get("requests")) if shape.get("kind") == "baseline" else None
     return AnalysisResult(run=replace(run, steps=steps), table=table, critical=critical,
-                          server=server, inflight=inflight, baseline=baseline)
+                          server=server_series, inflight=inflight, baseline=baseline,
+                          evidence=evidence, server_source_line=source_line, config_check=check)
+
+
+def _request_tokens(run: Run) -> float | None:
+    """Mean prompt tokens of successful requests + max_tokens: the KV one request holds at most."""
+    ok = run.requests[run.requests["error_kind"] == ""]
+    prompt = ok["prompt_tokens"].mean() if len(ok) else float("nan")
+    max_tokens = (run.meta.get("workload") or {}).get("max_tokens")
+    if max_tokens is None:
+        max_tokens = ok["output_tokens"].mean() if len(ok) else float("nan")
+    total = (0.0 if pd.isna(prompt) else float(prompt)) + (0.0 if pd.isna(max_tokens) else float(max_tokens))
+    return total if total > 0 else None
 
 
 def analyze_run(run_dir: Path | str, *, min_gain_per_doubling: float = 1.15,
                 waiting_threshold: float = 0.5, ttft_growth: float = 1.5,
-                write: bool = True) -> AnalysisResult:
+                write: bool = True, server: ServerOptions | None = None,
+                server_log: Path | str | None = None,
+                server_log_format: Path | str | None = None) -> AnalysisResult:
     """Load a run directory, analyse it and (by default) write ``<run_dir>/report/``.
 
     Parameters
@@ -118,6 +170,10 @@ def analyze_run(run_dir: Path | str, *, min_gain_per_doubling: float = 1.15,
         Critical-concurrency thresholds (:func:`analysis.knee.find_critical_concurrency`).
     write : bool, default True
         Write the PNGs, ``steps.csv`` and ``summary.md``.
+    server : ServerOptions, optional
+        Which server source to use and how to read the log (:mod:`analysis.serversource`).
+    server_log, server_log_format : Path or str, optional
+        A server log / user format file to read instead of the run directory's own.
 
     Returns
     -------
@@ -129,8 +185,9 @@ def analyze_run(run_dir: Path | str, *, min_gain_per_doubling: float = 1.15,
     analysis.rundir.RunDirError
         If the run directory is missing files or holds unreadable data.
     """
-    result = analyze(load_run(run_dir), min_gain_per_doubling=min_gain_per_doubling,
-                     waiting_threshold=waiting_threshold, ttft_growth=ttft_growth)
+    run = load_run(run_dir, server_log=server_log, server_log_format=server_log_format)
+    result = analyze(run, min_gain_per_doubling=min_gain_per_doubling,
+                     waiting_threshold=waiting_threshold, ttft_growth=ttft_growth, server=server)
     return write_report(result) if write else result
 
 
@@ -230,16 +287,54 @@ def summary_markdown(result: AnalysisResult) -> str:
         f"dwell {shape.get('dwell_s', '-')} s",
         "- Workload: " + ", ".join(f"{k}={v}" for k, v in workload.items()),
         f"- Requests: {len(result.run.requests)}; server metrics: "
-        f"{'yes' if not result.server.empty else 'none scraped'}", "",
+        f"{'yes' if len(result.run.server_samples) else 'none scraped'}; server log: "
+        f"{'yes' if result.run.server_files.log_text else 'none'}", "",
         "## Per-step table (steady windows)", "", markdown_table(result.table), "",
         *([f"**{result.baseline.text}**", ""] if result.baseline is not None else []),
         "## Critical concurrency", "", f"**{critical_line(crit)}**", "",
         *[f"- {line}" for line in crit.evidence], "",
         f"kneed cross-check (knee of throughput vs log2 concurrency, not used for the verdict): "
         f"{kneed}.", "",
+        *server_markdown(result),
         "## Figures", "",
         "![throughput](throughput.png)", "", "![latency](latency.png)", "",
         "![timeline](timeline.png)", "",
         "Table as CSV: [steps.csv](steps.csv)", "",
     ]
     return "\n".join(lines)
+
+
+def config_line(result: AnalysisResult) -> str:
+    """``Batching settings took effect: yes/no/cannot tell, because …`` ("" without a check)."""
+    return result.config_check.line if result.config_check is not None else ""
+
+
+def server_markdown(result: AnalysisResult) -> list[str]:
+    """``summary.md`` lines: the batching-config check and what the server side said."""
+    check, evidence = result.config_check, result.evidence
+    if check is None or evidence is None:
+        return []
+    lines = ["## Batching configuration", "", f"**{check.line}**", "",
+             *[f"- {detail}" for detail in check.details], "", "## Server side", "",
+             f"- {result.server_source_line}"]
+    config = evidence.config
+    if not config.empty:
+        lines.append("- configuration read: " + "; ".join(config.describe()))
+    log = evidence.log
+    if log is not None:
+        family = log.family.value if log.family else "unrecognised"
+        lines.append(f"- server log: {family}, {log.data_lines} data lines, placed by "
+                     f"{log.time_source or '-'}")
+        lines += [f"- {note}" for note in log.notes]
+        if len(log.errors):
+            counts = ", ".join(f"{k} {n}" for k, n in count_by_kind(log.errors).items())
+            lines.append(f"- server log error lines by kind: {counts}")
+            for row in result.table.itertuples(index=False):
+                inside = log.errors[(log.errors["t_s"] >= row.window_start_s)
+                                    & (log.errors["t_s"] < row.window_end_s)]
+                if len(inside):
+                    per_kind = ", ".join(f"{k} {n}" for k, n in count_by_kind(inside).items())
+                    lines.append(f"  - step {row.step} ({fmt_users(row.target_users)} users): "
+                                 f"{per_kind}")
+    lines += [f"- {note}" for note in evidence.notes]
+    return lines + [""]

@@ -38,10 +38,19 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", type=Path, default=None, help="Run directory (default runs/run-<time>)")
     parser.add_argument("--no-analyze", action="store_true", help="Do not analyse the run directory afterwards")
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="Upper bound on the run's duration")
+    parser.add_argument(
+        "--web", action="store_true",
+        help="Watch it live: Locust's web UI with the LLM tab on the master at 127.0.0.1:--web-port (the run still "
+             "starts and stops by itself)",
+    )  # fmt: skip
+    parser.add_argument("--web-port", type=int, default=8089, help="Web UI port with --web (0: a free one; default 8089)")
+    parser.add_argument(
+        "--web-linger-s", type=float, default=60.0, help="With --web: seconds the web UI stays up after the run ends"
+    )
 
 
 def cmd_run(args: argparse.Namespace, locust_args: list[str]) -> int:
-    from llm_locust.launcher import LocustRun, run_locust
+    from llm_locust.launcher import LocustRun, free_port, run_locust
 
     if not any(a == "--host" or a.startswith("--host=") or a == "-H" for a in locust_args):
         print("llm-locust run: --host is required (e.g. --host http://127.0.0.1:8000)", file=sys.stderr)
@@ -49,17 +58,36 @@ def cmd_run(args: argparse.Namespace, locust_args: list[str]) -> int:
     run_dir = args.run_dir or default_run_dir()
     locustfile = Path(args.locustfile) if args.locustfile else LOCUSTFILES / SHAPE_LOCUSTFILES[args.shape]
     print(f"run directory: {run_dir}")
+    web_port = (args.web_port or free_port()) if args.web else None
     code = run_locust(
-        LocustRun(locustfile=locustfile, run_dir=run_dir, workers=args.workers, locust_args=locust_args, timeout_s=args.timeout_s)
+        LocustRun(locustfile=locustfile, run_dir=run_dir, workers=args.workers, locust_args=locust_args,
+                  timeout_s=args.timeout_s, web_port=web_port, web_linger_s=args.web_linger_s)
     )
     if code not in (0, 1):  # 1 = some requests failed: still a measured run
         print(f"locust exited with code {code}; see {run_dir / 'locust_master.log'}", file=sys.stderr)
         return code
+    _print_client_report(run_dir)
     if args.no_analyze:
         return code
     from analysis.cli import main as analyze_main
 
     return analyze_main([str(run_dir)])
+
+
+def _print_client_report(run_dir: Path) -> None:
+    """The master's end-of-run client summary (``client_report.json``), when it wrote one."""
+    import json
+
+    from llm_locust.clientreport import format_summary
+
+    def nulls_as_nan(obj: dict) -> dict:
+        return {key: float("nan") if value is None else value for key, value in obj.items()}
+
+    try:
+        report = json.loads((run_dir / "client_report.json").read_text(), object_hook=nulls_as_nan)
+    except (OSError, ValueError):
+        return
+    print(format_summary(report))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup-s", type=float, default=5.0, help="Warm-up seconds left out of each step")
     parser.add_argument("--max-tokens", type=int, default=64, help="max_tokens per request")
     parser.add_argument("--workers", type=int, default=2, help="Locust worker processes")
+    parser.add_argument("--web", action="store_true", help="Watch it live in Locust's web UI (LLM tab) at 127.0.0.1:--web-port")
+    parser.add_argument("--web-port", type=int, default=8089, help="Web UI port with --web (0: a free one)")
+    parser.add_argument("--web-linger-s", type=float, default=30.0, help="With --web: seconds the UI stays up after the run")
 
 
 def start_sim_server(*, port: int, max_num_seqs: int, log_path: Path, extra: list[str] = ()) -> subprocess.Popen:
@@ -83,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
                 run_dir=run_dir,
                 workers=args.workers,
                 timeout_s=duration_s + 180,
+                web_port=(args.web_port or free_port()) if args.web else None,
+                web_linger_s=args.web_linger_s,
                 locust_args=[
                     "--host", host, "--model", SIM_MODEL, "--ladder", args.ladder,
                     "--dwell-s", str(args.dwell_s), "--warmup-s", str(args.warmup_s),

@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 GRACE_S = 30.0
-"""How long processes get to exit on their own after the master ends, or after SIGTERM."""
+"""How long processes get to exit on their own after SIGTERM."""
+WORKER_EXIT_GRACE_S = 5.0
+"""How long workers get to exit on their own once the master has ended. Locust forgets a worker
+that reported it stopped (until it says it is ready again, ``--stop-timeout`` later), so the
+master's quit message does not always reach it; its data is all with the master by then."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -59,6 +63,12 @@ class LocustRun:
     timeout_s : float
         Upper bound on the whole run; past it the master is stopped (SIGTERM) and the run is
         reported as timed out.
+    web_port : int or None
+        None: headless. Otherwise Locust's web UI (with the LLM tab) on 127.0.0.1 at this port;
+        the test still starts by itself (``--autostart``) and the master quits ``web_linger_s``
+        seconds after it ends (``--autoquit``), so the run stays bounded.
+    web_linger_s : float
+        With the web UI: how long it stays up after the test ends, s.
     """
 
     locustfile: Path
@@ -66,11 +76,24 @@ class LocustRun:
     workers: int = 2
     locust_args: list[str] = field(default_factory=list)
     timeout_s: float = 3600.0
+    web_port: int | None = None
+    web_linger_s: float = 30.0
+
+    @property
+    def web_url(self) -> str | None:
+        """The web UI's address, None when headless."""
+        return None if self.web_port is None else f"http://127.0.0.1:{self.web_port}/"
+
+    def _ui_args(self) -> list[str]:
+        if self.web_port is None:
+            return ["--headless"]
+        return ["--autostart", "--autoquit", str(max(0, round(self.web_linger_s))),
+                "--web-host", "127.0.0.1", "--web-port", str(self.web_port)]
 
     def master_command(self, port: int) -> list[str]:
         return [
             sys.executable, "-m", "locust", "-f", str(self.locustfile),
-            "--master", "--headless", "--expect-workers", str(self.workers),
+            "--master", *self._ui_args(), "--expect-workers", str(self.workers),
             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
             "--csv", str(self.run_dir / "locust"), "--csv-full-history",
             "--run-dir", str(self.run_dir), "--only-summary",
@@ -107,9 +130,10 @@ def run_locust(run: LocustRun, *, progress_every_s: float = 10.0, echo=print) ->
     -------
     int
         The master's exit code (Locust: 0 ok, 1 some requests failed, 2 usage/locustfile error),
-        or 124 when ``run.timeout_s`` ran out.
+        or 124 when ``run.timeout_s`` (plus ``run.web_linger_s`` with the web UI) ran out.
     """
     run.run_dir.mkdir(parents=True, exist_ok=True)
+    limit_s = run.timeout_s + (run.web_linger_s if run.web_port is not None else 0.0)
     port = free_port()
     logs = []
     processes: list[subprocess.Popen] = []
@@ -119,6 +143,8 @@ def run_locust(run: LocustRun, *, progress_every_s: float = 10.0, echo=print) ->
         logs.append(master_log)
         master = subprocess.Popen(run.master_command(port), stdout=master_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         processes.append(master)
+        if run.web_url is not None:
+            echo(f"web UI: {run.web_url}?tab=llm  (LLM tab; stays up {run.web_linger_s:.0f} s after the run ends)")
         for index in range(run.workers):
             log = open(run.run_dir / f"locust_worker_{index}.log", "w")
             logs.append(log)
@@ -132,14 +158,14 @@ def run_locust(run: LocustRun, *, progress_every_s: float = 10.0, echo=print) ->
                 code = master.wait(timeout=1.0)
             except subprocess.TimeoutExpired:
                 now = time.monotonic()
-                if now - started > run.timeout_s:
-                    echo(f"run exceeded its {run.timeout_s:.0f} s bound: stopping the master")
+                if now - started > limit_s:
+                    echo(f"run exceeded its {limit_s:.0f} s bound: stopping the master")
                     stop_process(master)
                     code = 124
                 elif now >= next_progress and progress_every_s > 0:
                     echo(_progress(run.run_dir, started))
                     next_progress = now + progress_every_s
-        deadline = time.monotonic() + GRACE_S
+        deadline = time.monotonic() + WORKER_EXIT_GRACE_S
         for process in processes[1:]:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))

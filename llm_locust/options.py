@@ -12,6 +12,22 @@ import argparse
 from llm_locust.protocols import ADAPTERS
 
 
+def parse_bool(text: str) -> bool:
+    """``true/1/yes/on`` (any case) -> True, anything else False.
+
+    >>> parse_bool("On"), parse_bool("false")
+    (True, False)
+    """
+    return text.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -48,7 +64,7 @@ def add_options(parser) -> None:
     group.add_argument("--max-tokens", type=_positive_int, default=64, help="max_tokens per request")
     group.add_argument(
         "--ignore-eos",
-        type=lambda s: s.lower() in ("1", "true", "yes", "on"),
+        type=parse_bool,
         default=True,
         metavar="BOOL",
         help="Send ignore_eos so every request generates max_tokens (default true)",
@@ -81,3 +97,61 @@ def add_options(parser) -> None:
     group.add_argument(
         "--label", action="append", default=[], metavar="KEY=VALUE", help="Label recorded in run.json (repeatable)"
     )
+    add_client_options(group)
+    add_server_options(group)
+
+
+def add_client_options(group) -> None:
+    """The client knobs of issue 3: payload, usage, token counting, connections, timeouts."""
+    group.add_argument(
+        "--payload-file", default="",
+        help="A JSON body sent verbatim with every request (or a JSON list of prompts, like --prompts-file)",
+    )  # fmt: skip
+    group.add_argument(
+        "--include-usage", type=parse_bool, default=True, metavar="BOOL",
+        help="Ask for a final usage chunk (stream_options.include_usage); false leaves stream_options out",
+    )  # fmt: skip
+    group.add_argument(
+        "--continuous-usage", type=parse_bool, default=False, metavar="BOOL",
+        help="Ask for usage on every chunk (vLLM stream_options.continuous_usage_stats): exact tokens per chunk",
+    )  # fmt: skip
+    group.add_argument(
+        "--tokenizer", default="",
+        help="Local tokenizer.json (or a folder holding one) to count output tokens when the server sends no usage",
+    )  # fmt: skip
+    group.add_argument(
+        "--keep-alive", type=parse_bool, default=True, metavar="BOOL",
+        help="Reuse connections between requests (false: a new connection per request)",
+    )  # fmt: skip
+    group.add_argument(
+        "--connections", type=int, default=0, metavar="N",
+        help="Connections shared by all users of a worker (0: one per user); fewer than users queues requests "
+             "client-side, recorded as conn_wait_ms",
+    )  # fmt: skip
+    group.add_argument("--connect-timeout-s", type=_non_negative_float, default=60.0,
+                       help="Fail a request (connect_timeout) when no connection opens in this time; 0 = off")
+    group.add_argument("--ttft-timeout-s", type=_non_negative_float, default=900.0,
+                       help="Fail a request (ttft_timeout) with no token this long after sending; 0 = off")
+    group.add_argument("--stall-timeout-s", type=_non_negative_float, default=300.0,
+                       help="Fail a request (stall_timeout) when no SSE event comes for this long after the first token; 0 = off")
+    group.add_argument("--total-timeout-s", type=_non_negative_float, default=0.0,
+                       help="Fail a request (total_timeout) that takes longer than this; 0 = off (default)")
+
+
+def add_server_options(group) -> None:
+    """Server-side capture of issue 4: the server's log and extra metrics endpoints."""
+    group.add_argument(
+        "--server-log", default="", metavar="PATH",
+        help="Follow this server log file during the run (on the master); copied into the run "
+             "directory as server.log, each line stamped on arrival",
+    )  # fmt: skip
+    group.add_argument(
+        "--server-metrics-url", action="append", default=[], metavar="URL",
+        help="Another Prometheus endpoint to scrape with --metrics-url's (repeatable or "
+             "comma-separated: a second engine, a GPU exporter); every sample is kept",
+    )  # fmt: skip
+    group.add_argument(
+        "--server-log-format", default="", metavar="FILE",
+        help="User format file (TOML: named-group regexes, metric names) for a server without a "
+             "built-in parser; copied into the run directory",
+    )  # fmt: skip

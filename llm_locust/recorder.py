@@ -2,7 +2,8 @@
 
 Lifecycle (Locust events on the master or a standalone process):
 
-- ``test_start``: open the run directory, write a first ``run.json``, start the scraper.
+- ``test_start``: open the run directory, write a first ``run.json``, start the scraper and the
+  server capture (``--server-log`` followed, ``/props`` / ``/info``: :mod:`llm_locust.servercapture`).
 - ``worker_report`` / ``request`` (via :class:`~llm_locust.shipping.RecordShipper`): append rows.
 - ``quitting`` and ``quit``: stop the scraper, write the final ``run.json`` (end time, the shape's
   steps). Both, because on Ctrl-C Locust fires ``quitting`` before the workers' last reports
@@ -19,12 +20,16 @@ import platform
 import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
+from llm_locust.clientconfig import client_workload_meta
+from llm_locust.clientreport import ClientReport, format_summary, install_cpu_reporting
 from llm_locust.models import first_served_model
 from llm_locust.options import add_options
 from llm_locust.prompts import load_prompts, prompt_set_sha256
 from llm_locust.rundir import RunDirectory
 from llm_locust.scraper import MetricsScraper
+from llm_locust.servercapture import ServerCapture
 from llm_locust.shipping import RecordShipper
 
 logger = logging.getLogger(__name__)
@@ -63,6 +68,21 @@ def _versions() -> dict[str, str]:
     return found
 
 
+def metrics_urls(options, host: str | None) -> list[str]:
+    """Endpoints to scrape: ``--metrics-url`` (comma-separated), default ``HOST/metrics``, 'none'
+    for none; then every ``--server-metrics-url`` (repeatable, comma-separated), without repeats."""
+    value = options.metrics_url.strip()
+    if value.lower() == "none":
+        urls = []
+    elif value:
+        urls = [url.strip() for url in value.split(",") if url.strip()]
+    else:
+        urls = [host.rstrip("/") + "/metrics"] if host else []
+    for item in getattr(options, "server_metrics_url", None) or []:
+        urls += [url.strip() for url in item.split(",") if url.strip()]
+    return list(dict.fromkeys(urls))
+
+
 def parse_labels(pairs: list[str]) -> dict[str, str]:
     """``["quant=awq", "gpu=a10"]`` → ``{"quant": "awq", "gpu": "a10"}``.
 
@@ -96,7 +116,11 @@ class RunRecorder:
         self.run_dir: RunDirectory | None = None
         self.scraper: MetricsScraper | None = None
         self.meta: dict = {}
+        self.server_sinks: list = []  # also handed every scrape (e.g. the web UI's live view)
+        self.capture: ServerCapture | None = None  # server log, /props, /info (servercapture.py)
         self.shipper = RecordShipper(environment, self._write_requests)
+        self.client_report = ClientReport(environment)
+        self.shipper.add_sink(self.client_report.add_rows)
         events = environment.events
         events.test_start.add_listener(self._on_test_start)
         events.spawning_complete.add_listener(self._on_spawning_complete)
@@ -111,12 +135,12 @@ class RunRecorder:
 
     def metrics_urls(self) -> list[str]:
         """Endpoints to scrape: ``--metrics-url`` (comma-separated), default ``HOST/metrics``; [] for 'none'."""
-        value = self.options.metrics_url.strip()
-        if value.lower() == "none":
-            return []
-        if value:
-            return [url.strip() for url in value.split(",") if url.strip()]
-        return [self.environment.host.rstrip("/") + "/metrics"] if self.environment.host else []
+        return metrics_urls(self.options, self.environment.host)
+
+    @property
+    def requests_csv(self) -> Path:
+        """Path of the run directory's ``requests.csv`` (it exists from ``test_start`` on)."""
+        return Path(self.options.run_dir) / "requests.csv"
 
     def _on_test_start(self, environment, **_kwargs) -> None:
         if self.run_dir is not None:  # a second test in the same process (web UI restart): keep the first dir
@@ -142,6 +166,7 @@ class RunRecorder:
                 "temperature": self.options.temperature,
                 "prompt_set_sha256": prompt_set_sha256(prompts),
                 "prompts": len(prompts),
+                **client_workload_meta(self.options),
             },
             "shape": {"kind": "none", "steps": []},
             "metrics_urls": self.metrics_urls(),
@@ -150,12 +175,16 @@ class RunRecorder:
             "versions": _versions(),
             "labels": self.labels,
         }
+        self.capture = ServerCapture(self.options, environment.host, self.run_dir.path)
+        self.meta.update(self.capture.meta)
+        self.capture.start()
         self._refresh_meta()
         if self.meta["metrics_urls"]:
             headers = {"Authorization": f"Bearer {self.options.api_key}"} if self.options.api_key else {}
             self.scraper = MetricsScraper(
                 self.meta["metrics_urls"], self.options.scrape_interval_s, self.run_dir.server_metrics.write_rows, headers
             )
+            self.scraper.extra_sinks = self.server_sinks
             self.scraper.start()
 
     def _on_spawning_complete(self, user_count, **_kwargs) -> None:
@@ -178,6 +207,8 @@ class RunRecorder:
             return
         if self.scraper is not None:
             self.scraper.stop()
+        if self.capture is not None:
+            self.capture.stop()
         self.meta["ended_at_s"] = time.time()
         self._refresh_meta()
 
@@ -193,7 +224,17 @@ class RunRecorder:
                 self.run_dir.requests.rows_written,
                 self.run_dir.server_metrics.rows_written,
             )
+            self._write_client_report()
             self.run_dir.close()
+
+    def _write_client_report(self) -> None:
+        """``client_report.json`` (see :mod:`llm_locust.clientreport`), and its table on stdout."""
+        try:
+            report = self.client_report.write(self.run_dir.path / "client_report.json", self.run_dir.path / "requests.csv")
+        except Exception:  # the run's data is on disk already; a report failure must not hide it
+            logger.exception("could not write client_report.json")
+            return
+        print(format_summary(report), flush=True)
 
 
 def install(events) -> None:
@@ -212,5 +253,41 @@ def install(events) -> None:
 
         if isinstance(environment.runner, WorkerRunner):
             RecordShipper(environment, None)
+            install_cpu_reporting(environment)
         elif environment.parsed_options is not None and environment.parsed_options.run_dir:
             environment.llm_recorder = RunRecorder(environment)
+        if not isinstance(environment.runner, WorkerRunner) and getattr(environment, "web_ui", None) is not None:
+            _install_live_view(environment)
+
+
+def _install_live_view(environment) -> None:
+    """The web UI's LLM tab (:mod:`llm_locust.live`), fed by the run's shipper and scraper.
+
+    Without ``--run-dir`` there is no recorder: the tab gets a shipper of its own and a scraper
+    that feeds only the tab (nothing is written).
+    """
+    from llm_locust.live import install_live_view
+
+    recorder = getattr(environment, "llm_recorder", None)
+    if recorder is not None:
+        install_live_view(environment, shipper=recorder.shipper, scraper_sinks=recorder.server_sinks,
+                          requests_csv=recorder.requests_csv)
+        return
+    view = install_live_view(environment, shipper=RecordShipper(environment, None))
+    scrapers: list[MetricsScraper] = []
+
+    def start(environment, **_kwargs) -> None:
+        urls = metrics_urls(environment.parsed_options, environment.host)
+        if urls and not scrapers:
+            api_key = environment.parsed_options.api_key
+            headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+            scrapers.append(MetricsScraper(urls, environment.parsed_options.scrape_interval_s,
+                                           view.add_server_rows, headers))
+            scrapers[0].start()
+
+    def stop(**_kwargs) -> None:
+        for scraper in scrapers:
+            scraper.stop()
+
+    environment.events.test_start.add_listener(start)
+    environment.events.quitting.add_listener(stop)

@@ -63,12 +63,13 @@ class MetricsScraper:
     interval_s : float
         Target period between scrape starts, s (> 0).
     sink : callable(list of tuple) -> None
-        Receives each scrape's rows.
+        Receives each scrape's rows (one call per URL scraped).
     headers : dict, optional
         Sent with each scrape (e.g. the API key's Authorization header; never logged).
 
     A failed scrape (connection error, HTTP error, unparseable text) is logged once per kind and
-    counted in ``failures``; it never stops the run.
+    counted in ``failures``; it never stops the run. ``extra_sinks`` (a list, empty at first)
+    also receive every scrape's rows, after ``sink``.
     """
 
     def __init__(self, urls: list[str], interval_s: float, sink: Callable[[list[tuple]], None], headers=None) -> None:
@@ -77,6 +78,7 @@ class MetricsScraper:
         self.urls = urls
         self.interval_s = interval_s
         self.sink = sink
+        self.extra_sinks: list[Callable[[list[tuple]], None]] = []
         self.headers = headers or {}
         self.scrapes = 0
         self.failures = 0
@@ -108,6 +110,11 @@ class MetricsScraper:
                 continue
             self.scrapes += 1
             self.sink(rows)
+            for extra in self.extra_sinks:  # e.g. the web UI's live view: its failure never stops scraping
+                try:
+                    extra(rows)
+                except Exception:
+                    logger.exception("a scrape sink failed")
 
     def _loop(self) -> None:
         next_t = time.monotonic()

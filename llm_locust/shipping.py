@@ -26,12 +26,12 @@ class RecordShipper:
         Whose events to listen to; its runner decides the role.
     sink : callable(list of tuple) -> None, optional
         Receives batches of rows (:meth:`RequestRecord.to_row`). Required on a master or
-        standalone process, ignored on a worker.
+        standalone process (here or through :meth:`add_sink`), ignored on a worker.
     """
 
     def __init__(self, environment, sink: Callable[[list[tuple]], None] | None) -> None:
         self._buffer: list[tuple] = []
-        self._sink = sink
+        self._sinks: list[Callable[[list[tuple]], None]] = [sink] if sink is not None else []
         runner = environment.runner
         self.role = "worker" if isinstance(runner, WorkerRunner) else "master" if isinstance(runner, MasterRunner) else "local"
         if self.role == "worker":
@@ -41,6 +41,14 @@ class RecordShipper:
             environment.events.worker_report.add_listener(self._on_worker_report)
         else:
             environment.events.request.add_listener(self._on_request_direct)
+
+    def add_sink(self, sink: Callable[[list[tuple]], None]) -> None:
+        """Also deliver every batch to ``sink`` (e.g. the web UI's live LLM stats), after the others."""
+        self._sinks.append(sink)
+
+    def _deliver(self, rows: list[tuple]) -> None:
+        for sink in self._sinks:
+            sink(rows)
 
     def _on_request_buffer(self, context=None, **_kwargs) -> None:
         record = (context or {}).get("llm_record")
@@ -52,10 +60,10 @@ class RecordShipper:
 
     def _on_worker_report(self, client_id, data) -> None:
         rows = data.get(REPORT_KEY)
-        if rows and self._sink is not None:
-            self._sink(rows)
+        if rows:
+            self._deliver(rows)
 
     def _on_request_direct(self, context=None, **_kwargs) -> None:
         record = (context or {}).get("llm_record")
-        if record is not None and self._sink is not None:
-            self._sink([record.to_row()])
+        if record is not None:
+            self._deliver([record.to_row()])
