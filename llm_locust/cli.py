@@ -28,16 +28,49 @@ def default_run_dir(prefix: str = "run") -> Path:
     return Path("runs") / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+RUN_EPILOG = """\
+Every other flag goes to Locust and llm-locust's options, among them:
+  --host URL                  the server, without /v1 (required), e.g. http://127.0.0.1:8000
+  --model NAME                model to request (default: the first of GET /v1/models)
+  --ladder 1,2,4,8            concurrency ladder (--shape ladder)
+  --dwell-s S                 seconds each ladder step is held (default 20)
+  --warmup-s S                seconds at the start of each step left out of the analysis (default 5)
+  --max-tokens N              max_tokens per request (default 64)
+  --baseline-requests N       requests for --shape baseline (default 10)
+  --server-log PATH           follow the server's log file during the run
+  --server-metrics-url URL    another Prometheus endpoint to scrape (repeatable)
+  --web                       watch it live in Locust's web UI (LLM tab)
+All of them: .venv/bin/locust -f locustfiles/ladder.py --help
+"""
+
+
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", type=int, default=2, help="Local Locust worker processes (default 2)")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = RUN_EPILOG
+    parser.add_argument("--workers", type=_positive_int, default=2, help="Local Locust worker processes (default 2)")
     parser.add_argument(
         "--shape", choices=sorted(SHAPE_LOCUSTFILES), default="ladder",
         help="ladder (--ladder, --dwell-s, --warmup-s), baseline (--baseline-requests) or none (-u, -r, -t)",
     )  # fmt: skip
     parser.add_argument("-f", "--locustfile", default=None, help="Your own locustfile instead of the shape's")
-    parser.add_argument("--run-dir", type=Path, default=None, help="Run directory (default runs/run-<time>)")
+    parser.add_argument("--run-dir", type=Path, default=None, help="Run directory (default runs/run-<time>); must not hold a run already")
     parser.add_argument("--no-analyze", action="store_true", help="Do not analyse the run directory afterwards")
-    parser.add_argument("--timeout-s", type=float, default=3600.0, help="Upper bound on the run's duration")
+    parser.add_argument("--timeout-s", type=_positive_float, default=3600.0,
+                        help="Upper bound on the run's duration; past it the run is stopped and its data kept")
     parser.add_argument(
         "--web", action="store_true",
         help="Watch it live: Locust's web UI with the LLM tab on the master at 127.0.0.1:--web-port (the run still "
@@ -49,29 +82,151 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def parse_locust_args(locust_args: list[str], *, strict: bool = True):
+    """Parse the pass-through flags with Locust's own parser (llm-locust's options registered), as
+    the master will: argparse errors (unknown flag, bad value) exit 2 here, before anything starts.
+    ``strict=False`` (a user's own locustfile, which may add flags of its own) ignores unknown flags.
+    """
+    import os
+
+    skip = "LOCUST_SKIP_MONKEY_PATCH"
+    previous = os.environ.get(skip)
+    os.environ[skip] = "1"  # the launcher only parses: no gevent patching in this process
+    try:
+        import llm_locust.plugin  # noqa: F401  (registers llm-locust's options on Locust's events)
+        from locust.argument_parser import get_parser
+    finally:
+        if previous is None:
+            os.environ.pop(skip, None)
+        else:
+            os.environ[skip] = previous
+    parser = get_parser()
+    parser.prog = "llm-locust run"
+    if strict:
+        return parser.parse_args(locust_args)
+    return parser.parse_known_args(locust_args)[0]
+
+
+def run_dir_problem(run_dir: Path) -> str | None:
+    """Why ``run_dir`` cannot take a new run (it holds one already), or None."""
+    held = [name for name in ("run.json", "requests.csv", "server_metrics.csv", "locust_master.log") if (run_dir / name).exists()]
+    if held:
+        return f"--run-dir {run_dir} already holds a run ({', '.join(held)}): use a new directory"
+    return None
+
+
+def check_run(args: argparse.Namespace, locust_args: list[str]):
+    """Everything ``run`` can check before it starts a process: returns ``(options, locustfile)``.
+
+    Raises
+    ------
+    SystemExit
+        Status 2, after one ``llm-locust run: error: …`` line on stderr.
+    """
+    from llm_locust.options import validate_options
+
+    def fail(message: str):
+        print(f"llm-locust run: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+    locustfile = Path(args.locustfile) if args.locustfile else LOCUSTFILES / SHAPE_LOCUSTFILES[args.shape]
+    if not locustfile.is_file():
+        fail(f"locustfile {locustfile} not found")
+    options = parse_locust_args(locust_args, strict=args.locustfile is None)
+    if not options.host:
+        fail("--host is required (e.g. --host http://127.0.0.1:8000)")
+    try:
+        validate_options(options)
+    except ValueError as exc:
+        fail(str(exc))
+    if args.run_dir is not None and (problem := run_dir_problem(args.run_dir)):
+        fail(problem)
+    return options, locustfile
+
+
+def preflight_or_exit(host: str, *, model: str = "", api_key: str = "", prog: str = "llm-locust run") -> None:
+    """GET HOST/v1/models before starting Locust: exit 2 with one line when the server cannot be
+    reached, the host ends with /v1, or ``model`` is not among the served models."""
+    from llm_locust.models import preflight
+
+    error, note = preflight(host, model=model, api_key=api_key)
+    if error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        raise SystemExit(2)
+    if note:
+        print(f"{prog}: {note}", file=sys.stderr)
+
+
+def failure_summary(run_dir: Path, *, examples: int = 3) -> str | None:
+    """When no request of the run succeeded: "all N requests failed" with the commonest error kinds
+    and one example message each (from ``requests.csv``); None when some succeeded."""
+    import csv
+    from collections import Counter
+
+    try:
+        with open(run_dir / "requests.csv", newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except OSError:
+        rows = []
+    if any(not row.get("error_kind") for row in rows):
+        return None
+    if not rows:
+        return "no request was recorded"
+    kinds = Counter(row["error_kind"] for row in rows)
+    example = {}
+    for row in rows:
+        example.setdefault(row["error_kind"], row.get("error_message", ""))
+    lines = [f"all {len(rows)} requests failed:"]
+    for kind, count in kinds.most_common(examples):
+        lines.append(f"  {count} x {kind}: {example[kind][:200]}")
+    return "\n".join(lines)
+
+
+def _user_errors(run_dir: Path) -> list[dict]:
+    import json
+
+    try:
+        return json.loads((run_dir / "run.json").read_text()).get("user_errors") or []
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def report_outcome(run_dir: Path, prog: str = "llm-locust run") -> bool:
+    """After a run: print the users that failed (e.g. in ``on_start``) and, when no request
+    succeeded, the failure summary, on stderr. Returns True when no request succeeded."""
+    for error in _user_errors(run_dir):
+        print(f"{prog}: a user failed ({error.get('count', 1)} x): {error.get('msg', '')}", file=sys.stderr)
+    summary = failure_summary(run_dir)
+    if summary:
+        print(f"{prog}: {summary}", file=sys.stderr)
+        return True
+    return False
+
+
 def cmd_run(args: argparse.Namespace, locust_args: list[str]) -> int:
     from llm_locust.launcher import LocustRun, free_port, run_locust
 
-    if not any(a == "--host" or a.startswith("--host=") or a == "-H" for a in locust_args):
-        print("llm-locust run: --host is required (e.g. --host http://127.0.0.1:8000)", file=sys.stderr)
-        return 2
+    options, locustfile = check_run(args, locust_args)
+    preflight_or_exit(options.host, model=options.model, api_key=options.api_key or "")
     run_dir = args.run_dir or default_run_dir()
-    locustfile = Path(args.locustfile) if args.locustfile else LOCUSTFILES / SHAPE_LOCUSTFILES[args.shape]
     print(f"run directory: {run_dir}")
     web_port = (args.web_port or free_port()) if args.web else None
     code = run_locust(
         LocustRun(locustfile=locustfile, run_dir=run_dir, workers=args.workers, locust_args=locust_args,
                   timeout_s=args.timeout_s, web_port=web_port, web_linger_s=args.web_linger_s)
     )
-    if code not in (0, 1):  # 1 = some requests failed: still a measured run
+    if code not in (0, 1, 124, 130):  # 1 = some requests failed, 124/130 = stopped: still measured
         print(f"locust exited with code {code}; see {run_dir / 'locust_master.log'}", file=sys.stderr)
         return code
     _print_client_report(run_dir)
+    if report_outcome(run_dir):
+        return 1
     if args.no_analyze:
         return code
     from analysis.cli import main as analyze_main
 
-    return analyze_main([str(run_dir)])
+    analyzed = analyze_main([str(run_dir)])
+    return code if code in (124, 130) else analyzed
 
 
 def _print_client_report(run_dir: Path) -> None:

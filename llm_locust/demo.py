@@ -20,6 +20,8 @@ from llm_locust.launcher import free_port, stop_process
 
 SIM_MODEL = "sim-llama"
 SERVER_START_TIMEOUT_S = 30.0
+DEMO_OVERHEAD_S = 15.0
+"""Measured beyond the ladder's steps: start-up, the drain of the last step's requests, analysis."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,17 +71,33 @@ def run(args: argparse.Namespace) -> int:
     from llm_locust.launcher import LocustRun, run_locust
     from llm_locust.options import parse_ladder
 
-    ladder = parse_ladder(args.ladder)
+    from llm_locust.cli import preflight_or_exit, report_outcome, run_dir_problem
+    from llm_locust.options import validate_options
+
+    try:
+        ladder = parse_ladder(args.ladder)
+        validate_options(argparse.Namespace(dwell_s=args.dwell_s, warmup_s=args.warmup_s, max_tokens=args.max_tokens))
+        if args.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    except ValueError as exc:
+        print(f"llm-locust demo: error: {exc}", file=sys.stderr)
+        return 2
+    if args.run_dir is not None and (problem := run_dir_problem(args.run_dir)):
+        print(f"llm-locust demo: error: {problem}", file=sys.stderr)
+        return 2
     run_dir = args.run_dir or default_run_dir("demo")
     run_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     host = f"http://127.0.0.1:{port}"
     duration_s = len(ladder) * args.dwell_s
     print(f"embedded server: {host} (max_num_seqs {args.max_num_seqs}); log {run_dir / 'server.log'}")
-    print(f"ladder {ladder}, {args.dwell_s:.0f} s a step (~{duration_s / 60:.1f} min), {args.workers} Locust workers")
+    estimate_s = duration_s + DEMO_OVERHEAD_S
+    print(f"ladder {ladder}, {args.dwell_s:.0f} s a step (~{estimate_s / 60:.1f} min with start-up, drain and analysis), "
+          f"{args.workers} Locust workers")
     print(f"run directory: {run_dir}")
     server = start_sim_server(port=port, max_num_seqs=args.max_num_seqs, log_path=run_dir / "server.log")
     try:
+        preflight_or_exit(host, model=SIM_MODEL, prog="llm-locust demo")
         code = run_locust(
             LocustRun(
                 locustfile=LOCUSTFILES / "ladder.py",
@@ -98,9 +116,11 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
     finally:
         stop_process(server, grace_s=10)
-    if code not in (0, 1):
+    if code not in (0, 1, 124, 130):
         print(f"locust exited with code {code}; see {run_dir / 'locust_master.log'}", file=sys.stderr)
         return code
+    if report_outcome(run_dir, prog="llm-locust demo"):
+        return 1
     result = analyze_run(run_dir)
     print_result(result)
     found = result.critical.users

@@ -107,14 +107,31 @@ class LocustRun:
         ]  # fmt: skip
 
 
+def _users_from_history(run_dir: Path) -> str | None:
+    """The latest user count in Locust's ``locust_stats_history.csv`` (written with --csv-full-history)."""
+    import csv
+
+    try:
+        with open(run_dir / "locust_stats_history.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError:
+        return None
+    return rows[-1].get("User Count") if rows else None
+
+
 def _progress(run_dir: Path, started: float) -> str:
-    """One line: elapsed time, current ladder step, requests recorded so far."""
+    """One line: elapsed time, current ladder step (numbered from 0, as in the analysis table) or
+    user count, requests recorded so far."""
+    step = "starting"
     try:
         meta = json.loads((run_dir / "run.json").read_text())
         steps = meta.get("shape", {}).get("steps", [])
-        step = f"step {len(steps)} ({steps[-1]['users']} users)" if steps else "starting"
-    except (OSError, ValueError, KeyError):
-        step = "starting"
+        if steps:
+            step = f"step {steps[-1]['index']} ({steps[-1]['users']} users)"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if step == "starting" and (users := _users_from_history(run_dir)) is not None:
+        step = f"{users} users"
     try:
         with open(run_dir / "requests.csv", "rb") as f:
             requests = max(0, sum(1 for _ in f) - 1)
@@ -130,7 +147,9 @@ def run_locust(run: LocustRun, *, progress_every_s: float = 10.0, echo=print) ->
     -------
     int
         The master's exit code (Locust: 0 ok, 1 some requests failed, 2 usage/locustfile error),
-        or 124 when ``run.timeout_s`` (plus ``run.web_linger_s`` with the web UI) ran out.
+        124 when ``run.timeout_s`` (plus ``run.web_linger_s`` with the web UI) ran out, 130 on
+        Ctrl-C (KeyboardInterrupt). Either way the master was stopped with SIGTERM first (Locust's
+        graceful shutdown: the workers' last reports, final ``run.json``), then the workers.
     """
     run.run_dir.mkdir(parents=True, exist_ok=True)
     limit_s = run.timeout_s + (run.web_linger_s if run.web_port is not None else 0.0)
@@ -141,7 +160,10 @@ def run_locust(run: LocustRun, *, progress_every_s: float = 10.0, echo=print) ->
     try:
         master_log = open(run.run_dir / "locust_master.log", "w")
         logs.append(master_log)
-        master = subprocess.Popen(run.master_command(port), stdout=master_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        # Own sessions: a terminal's Ctrl-C reaches only this process, which then stops the master
+        # gracefully (SIGTERM) and the workers after it, so the data of the run so far is kept.
+        master = subprocess.Popen(run.master_command(port), stdout=master_log, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
         processes.append(master)
         if run.web_url is not None:
             echo(f"web UI: {run.web_url}?tab=llm  (LLM tab; stays up {run.web_linger_s:.0f} s after the run ends)")
@@ -149,22 +171,28 @@ def run_locust(run: LocustRun, *, progress_every_s: float = 10.0, echo=print) ->
             log = open(run.run_dir / f"locust_worker_{index}.log", "w")
             logs.append(log)
             processes.append(
-                subprocess.Popen(run.worker_command(port), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                subprocess.Popen(run.worker_command(port), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True)
             )
         next_progress = started + progress_every_s
         code = None
-        while code is None:
-            try:
-                code = master.wait(timeout=1.0)
-            except subprocess.TimeoutExpired:
-                now = time.monotonic()
-                if now - started > limit_s:
-                    echo(f"run exceeded its {limit_s:.0f} s bound: stopping the master")
-                    stop_process(master)
-                    code = 124
-                elif now >= next_progress and progress_every_s > 0:
-                    echo(_progress(run.run_dir, started))
-                    next_progress = now + progress_every_s
+        try:
+            while code is None:
+                try:
+                    code = master.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    now = time.monotonic()
+                    if now - started > limit_s:
+                        echo(f"run exceeded its {limit_s:.0f} s bound (--timeout-s): stopping it, keeping the data so far")
+                        stop_process(master)
+                        code = 124
+                    elif now >= next_progress and progress_every_s > 0:
+                        echo(_progress(run.run_dir, started))
+                        next_progress = now + progress_every_s
+        except KeyboardInterrupt:
+            echo("interrupted: stopping the run, keeping the data so far")
+            stop_process(master)
+            code = 130
         deadline = time.monotonic() + WORKER_EXIT_GRACE_S
         for process in processes[1:]:
             try:

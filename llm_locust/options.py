@@ -28,11 +28,27 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _ladder(text: str) -> str:
+    """Type of ``--ladder``: checked with :func:`parse_ladder`, kept as the text."""
+    try:
+        parse_ladder(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def parse_ladder(text: str) -> list[int]:
@@ -53,6 +69,42 @@ def parse_ladder(text: str) -> list[int]:
     if not steps or steps[0] < 1 or any(b <= a for a, b in zip(steps, steps[1:])):
         raise ValueError(f"ladder must be strictly increasing integers >= 1, got {text!r}")
     return steps
+
+
+def validate_options(options) -> None:
+    """Check llm-locust's options together (what one flag's type cannot): the one check shared by
+    ``llm-locust run`` (before any process starts), the load shapes and plain ``locust -f``.
+    Options missing from ``options`` are skipped.
+
+    Raises
+    ------
+    ValueError
+        The first problem found, as ``--flag: what is wrong`` (one line).
+    """
+
+    def get(name):
+        return getattr(options, name, None)
+
+    if get("ladder") is not None:
+        try:
+            parse_ladder(get("ladder"))
+        except ValueError as exc:
+            raise ValueError(f"--ladder: {exc}") from None
+    checks = [
+        ("dwell_s", lambda v: v > 0, "must be > 0"),
+        ("warmup_s", lambda v: v >= 0, "must be >= 0"),
+        ("drain_s", lambda v: v >= 0, "must be >= 0"),
+        ("scrape_interval_s", lambda v: v > 0, "must be > 0"),
+        ("max_tokens", lambda v: v >= 1, "must be >= 1"),
+        ("baseline_requests", lambda v: v >= 1, "must be >= 1"),
+    ]
+    for name, ok, rule in checks:
+        value = get(name)
+        if value is not None and not ok(value):
+            raise ValueError(f"--{name.replace('_', '-')} {rule}, got {value}")
+    warmup_s, dwell_s = get("warmup_s"), get("dwell_s")
+    if warmup_s is not None and dwell_s is not None and not warmup_s < dwell_s:
+        raise ValueError(f"--warmup-s ({warmup_s}) must be shorter than --dwell-s ({dwell_s})")
 
 
 def add_options(parser) -> None:
@@ -80,11 +132,11 @@ def add_options(parser) -> None:
         is_secret=True,
     )
     group.add_argument("--run-dir", default="", help="Write the run directory here (master or standalone only)")
-    group.add_argument("--ladder", default="1,2,4,8", help="Concurrency ladder for LadderShape, e.g. 1,2,4,8")
-    group.add_argument("--dwell-s", type=float, default=20.0, help="Seconds each ladder step is held")
-    group.add_argument("--warmup-s", type=float, default=5.0, help="Seconds at the start of each step left out of analysis")
+    group.add_argument("--ladder", type=_ladder, default="1,2,4,8", help="Concurrency ladder for LadderShape, e.g. 1,2,4,8")
+    group.add_argument("--dwell-s", type=_positive_float, default=20.0, help="Seconds each ladder step is held")
+    group.add_argument("--warmup-s", type=_non_negative_float, default=5.0, help="Seconds at the start of each step left out of analysis")
     group.add_argument(
-        "--drain-s", type=float, default=60.0,
+        "--drain-s", type=_non_negative_float, default=60.0,
         help="After the last ladder step, at most this long for in-flight requests to finish and be recorded",
     )  # fmt: skip
     group.add_argument("--baseline-requests", type=_positive_int, default=10, help="Requests for BaselineShape")
@@ -93,7 +145,7 @@ def add_options(parser) -> None:
         default="",
         help="Prometheus endpoint to scrape during the run (default HOST/metrics; 'none' to disable)",
     )
-    group.add_argument("--scrape-interval-s", type=float, default=1.0, help="Seconds between /metrics scrapes")
+    group.add_argument("--scrape-interval-s", type=_positive_float, default=1.0, help="Seconds between /metrics scrapes")
     group.add_argument(
         "--label", action="append", default=[], metavar="KEY=VALUE", help="Label recorded in run.json (repeatable)"
     )

@@ -25,7 +25,7 @@ from pathlib import Path
 from llm_locust.clientconfig import client_workload_meta
 from llm_locust.clientreport import ClientReport, format_summary, install_cpu_reporting
 from llm_locust.models import first_served_model
-from llm_locust.options import add_options
+from llm_locust.options import add_options, validate_options
 from llm_locust.prompts import load_prompts, prompt_set_sha256
 from llm_locust.rundir import RunDirectory
 from llm_locust.scraper import MetricsScraper
@@ -37,22 +37,33 @@ logger = logging.getLogger(__name__)
 REDACTED = "***"
 
 
-def redact_argv(argv: list[str]) -> list[str]:
-    """Copy of ``argv`` with the value of ``--api-key`` replaced by ``***``.
+def _is_api_key_flag(flag: str) -> bool:
+    """``--api-key`` or an abbreviation argparse would accept for it (``--api-k``, ``--api``)."""
+    return len(flag) >= len("--api") and "--api-key".startswith(flag)
 
-    >>> redact_argv(["locust", "--api-key", "sk-1", "--api-key=sk-2", "-u", "1"])
-    ['locust', '--api-key', '***', '--api-key=***', '-u', '1']
+
+def redact_argv(argv: list[str], secret: str = "") -> list[str]:
+    """Copy of ``argv`` with the value of ``--api-key`` (or an abbreviation of it) replaced by
+    ``***``, and ``secret`` (the actual key) replaced wherever it appears in an element.
+
+    >>> redact_argv(["locust", "--api-key", "sk-1", "--api-k=sk-2", "-u", "1"])
+    ['locust', '--api-key', '***', '--api-k=***', '-u', '1']
+    >>> redact_argv(["x", "--weird=Bearer sk-3"], secret="sk-3")
+    ['x', '--weird=Bearer ***']
     """
     out, hide_next = [], False
     for arg in argv:
+        flag, sep, _ = arg.partition("=")
         if hide_next:
             out.append(REDACTED)
             hide_next = False
-        elif arg == "--api-key":
+        elif arg.startswith("--") and not sep and _is_api_key_flag(arg):
             out.append(arg)
             hide_next = True
-        elif arg.startswith("--api-key="):
-            out.append("--api-key=" + REDACTED)
+        elif arg.startswith("--") and sep and _is_api_key_flag(flag):
+            out.append(flag + "=" + REDACTED)
+        elif secret and secret in arg:
+            out.append(arg.replace(secret, REDACTED))
         else:
             out.append(arg)
     return out
@@ -156,7 +167,7 @@ class RunRecorder:
         self.meta = {
             "started_at_s": time.time(),
             "ended_at_s": None,
-            "command_line": redact_argv(sys.argv),
+            "command_line": redact_argv(sys.argv, self.options.api_key or ""),
             "host": environment.host,
             "model": model,
             "workload": {
@@ -191,7 +202,25 @@ class RunRecorder:
         if self.run_dir is not None:  # a ladder step began: record its start in run.json now
             self._refresh_meta()
 
+    def _report_user_errors(self) -> None:
+        """Exceptions raised in users (an ``on_start`` that failed, on any worker: Locust sends them
+        to the master) go to the master log once each and to ``run.json`` (``user_errors``)."""
+        exceptions = getattr(self.environment.runner, "exceptions", None) or {}
+        seen = self.meta.setdefault("user_errors", [])
+        logged = {error["msg"] for error in seen}
+        for row in list(exceptions.values()):
+            message = redact_argv([str(row["msg"])], self.options.api_key or "")[0]
+            if message not in logged:
+                logger.error("a user failed (%d times so far): %s", row["count"], message)
+                seen.append({"msg": message, "count": row["count"]})
+                logged.add(message)
+            else:
+                for error in seen:
+                    if error["msg"] == message:
+                        error["count"] = row["count"]
+
     def _refresh_meta(self) -> None:
+        self._report_user_errors()
         shape = self.environment.shape_class
         if shape is not None and hasattr(shape, "describe"):
             self.meta["shape"] = shape.describe()
@@ -251,6 +280,13 @@ def install(events) -> None:
     def _on_init(environment, **_kwargs) -> None:
         from locust.runners import WorkerRunner
 
+        if not isinstance(environment.runner, WorkerRunner) and environment.parsed_options is not None:
+            try:
+                validate_options(environment.parsed_options)
+            except ValueError as exc:  # plain `locust -f`: one clear line, exit 2, nothing started
+                logger.error("invalid option: %s", exc)
+                sys.exit(2)
+            _sigterm_as_interrupt()
         if isinstance(environment.runner, WorkerRunner):
             RecordShipper(environment, None)
             install_cpu_reporting(environment)
@@ -258,6 +294,20 @@ def install(events) -> None:
             environment.llm_recorder = RunRecorder(environment)
         if not isinstance(environment.runner, WorkerRunner) and getattr(environment, "web_ui", None) is not None:
             _install_live_view(environment)
+
+
+def _sigterm_as_interrupt() -> None:
+    """Make SIGTERM stop a master (or standalone) process the way Ctrl-C does.
+
+    A headless Locust with a load shape runs the whole test before it installs its own SIGTERM
+    handler, so until then SIGTERM killed it outright: no ``quitting``/``quit`` events, no final
+    ``run.json``, and its workers left waiting for a master that was gone. Raising
+    KeyboardInterrupt instead takes Locust's Ctrl-C path (stop the users, quit the workers, fire
+    ``quit``). Locust replaces this handler with its own graceful one where it installs one.
+    """
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def _install_live_view(environment) -> None:

@@ -12,7 +12,7 @@ import time
 
 from locust import LoadTestShape
 
-from llm_locust.options import parse_ladder
+from llm_locust.options import parse_ladder, validate_options
 
 SPAWN_RATE_USERS_PER_S = 1000.0
 """Users started per second at a step change: fast enough that the ramp ends within the warm-up."""
@@ -62,9 +62,8 @@ class LadderShape(_RecordingShape):
 
     def _settings(self) -> tuple[list[int], float, float]:
         options = self.runner.environment.parsed_options
+        validate_options(options)
         ladder = parse_ladder(options.ladder)
-        if not 0 <= options.warmup_s < options.dwell_s:
-            raise ValueError(f"--warmup-s ({options.warmup_s}) must be in [0, --dwell-s ({options.dwell_s}))")
         return ladder, options.dwell_s, options.warmup_s
 
     def tick(self):
@@ -110,6 +109,7 @@ class BaselineShape(_RecordingShape):
 
     def tick(self):
         options = self.runner.environment.parsed_options
+        validate_options(options)
         if self.runner.stats.total.num_requests >= options.baseline_requests:
             self._finish()
             return None

@@ -92,3 +92,53 @@ def test_labels_and_prompts(tmp_path):
     empty.write_text("\n")
     with pytest.raises(ValueError):
         load_prompts(empty)
+
+
+@pytest.mark.parametrize(
+    ("options", "flag"),
+    [
+        (dict(ladder="3,1"), "--ladder"),
+        (dict(dwell_s=0.0), "--dwell-s"),
+        (dict(dwell_s=10.0, warmup_s=10.0), "--warmup-s"),
+        (dict(drain_s=-1.0), "--drain-s"),
+        (dict(scrape_interval_s=0.0), "--scrape-interval-s"),
+        (dict(max_tokens=0), "--max-tokens"),
+        (dict(baseline_requests=0), "--baseline-requests"),
+    ],
+)
+def test_validate_options_names_the_bad_flag(options, flag):
+    from llm_locust.options import validate_options
+
+    with pytest.raises(ValueError, match=flag):
+        validate_options(argparse.Namespace(**options))
+
+
+def test_option_types_reject_bad_values_in_locusts_parser(capsys):
+    import llm_locust.plugin  # noqa: F401
+    from locust.argument_parser import get_parser
+
+    parser = get_parser()
+    for flags in (["--ladder", "2,1"], ["--dwell-s", "0"], ["--drain-s", "-1"], ["--scrape-interval-s", "0"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(flags)
+    assert parser.parse_args(["--ladder", "1,2"]).ladder == "1,2"
+
+
+def test_plain_locust_with_bad_options_exits_2_without_a_traceback(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ladder = Path(__file__).resolve().parent.parent / "locustfiles" / "ladder.py"
+    out = subprocess.run([sys.executable, "-m", "locust", "-f", str(ladder), "--headless", "--host", "http://127.0.0.1:1",
+                          "--warmup-s", "30", "--dwell-s", "20", "--run-dir", str(tmp_path / "r")],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 2
+    assert "--warmup-s" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_api_key_abbreviated_or_anywhere_is_redacted():
+    argv = ["locust", "--api-k", "sk-a", "--api=sk-b", "--label", "note=sk-c"]
+    out = redact_argv(argv, secret="sk-c")
+    assert not any(s in " ".join(out) for s in ("sk-a", "sk-b", "sk-c"))

@@ -37,13 +37,18 @@ def run_from_args(args: argparse.Namespace) -> None:
     Raises
     ------
     SystemExit
-        With status 2 and a message when a setting is out of range (see ``SimConfig``).
-    OSError
-        When the address cannot be bound.
+        With status 2 and a one-line message when a setting is out of range (see ``SimConfig``)
+        or the address cannot be bound (port taken).
     """
+    from llm_locust.simserver.server import BindError
+
     try:
         config = config_from_args(args)
     except ValueError as exc:
         print(f"sim-server: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    run(config)
+    try:
+        run(config)
+    except BindError as exc:
+        print(f"sim-server: error: {exc.strerror}", file=sys.stderr)
+        raise SystemExit(2) from None

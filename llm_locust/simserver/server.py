@@ -48,11 +48,23 @@ def make_engine(config: SimConfig) -> BatchEngine:
     )
 
 
+class BindError(OSError):
+    """The server's address cannot be bound (port taken, unknown host, no permission)."""
+
+
 def _bind(host: str, port: int) -> socket.socket:
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(address)
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise BindError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        reason = (exc.strerror or str(exc)).lower()
+        raise BindError(exc.errno, f"cannot listen on {host}:{port}: {reason}") from None
     return sock
 
 
@@ -61,8 +73,8 @@ async def serve(config: SimConfig, *, stop: asyncio.Event | None = None) -> None
 
     Raises
     ------
-    OSError
-        When the address cannot be bound.
+    BindError
+        When the address cannot be bound (an OSError).
     """
     loop = asyncio.get_running_loop()
     if stop is None:
