@@ -128,10 +128,12 @@ def _serve_loop(args, listener, sel, tick: float, per_tick: int, head: bytes, st
                 s.rid = f"bench-{served}"
                 one = content_event(s.rid)
                 s.events, s.event_size, s.sent, s.first_sent = one * args.tokens, len(one), 0, False
-                s.tail = chunked(b"data: " + json.dumps({"id": s.rid, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}).encode()
-                                 + b"\n\ndata: " + json.dumps({"id": s.rid, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": args.tokens}}).encode()
+                finish = {"id": s.rid, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
+                usage = {"id": s.rid, "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": args.tokens}}
+                s.tail = chunked(b"data: " + json.dumps(finish).encode() + b"\n\ndata: " + json.dumps(usage).encode()
                                  + b"\n\ndata: [DONE]\n\n") + b"0\r\n\r\n"  # fmt: skip
-                role = b'data: {"id":"%s","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n' % s.rid.encode()
+                role = {"id": s.rid, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+                role = b"data: " + json.dumps(role).encode() + b"\n\n"
                 s.out += head + chunked(role)
                 s.next_t = time.monotonic() + tick
                 streams.append(s)

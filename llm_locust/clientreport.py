@@ -108,7 +108,8 @@ class ClientReport:
         between the first send and the last end: ``sum(e2e) / (last end - first start)``.
         """
         ok = np.frombuffer(self.ok, dtype=np.int8).astype(bool) if len(self.ok) else np.zeros(0, bool)
-        arrays = {name: np.frombuffer(values, dtype=float) if len(values) else np.zeros(0) for name, values in self.values.items()}
+        arrays = {name: np.frombuffer(values, dtype=float) if len(values) else np.zeros(0)
+                  for name, values in self.values.items()}  # fmt: skip
         start = np.frombuffer(self.t_start_s, dtype=float) if len(self.t_start_s) else np.zeros(0)
         e2e = arrays["e2e_ms"]
         end = start + np.nan_to_num(e2e) / 1000.0
@@ -164,7 +165,8 @@ def format_summary(report: dict) -> str:
     lines.append(f"{'metric':<14}{'count':>7}{'mean':>10}{'p50':>10}{'p95':>10}{'p99':>10}{'max':>10}")
     for name, s in report["latency_ms"].items():
         if s["count"]:
-            lines.append(f"{name + ' ms':<14}{s['count']:>7}" + "".join(f"{s[k]:>10.1f}" for k in ("mean", "p50", "p95", "p99", "max")))
+            figures = "".join(f"{s[k]:>10.1f}" for k in ("mean", "p50", "p95", "p99", "max"))
+            lines.append(f"{name + ' ms':<14}{s['count']:>7}{figures}")
     lines.append(f"output tok/s {report['output_tps']:.1f}  achieved concurrency {report['achieved_concurrency']:.2f}"
                  + (f"  ignore_eos violations {report['ignore_eos_violations']}" if report["ignore_eos_violations"] else ""))
     return "\n".join(lines)

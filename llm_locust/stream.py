@@ -188,7 +188,7 @@ class _Clock:
         """Until the first token: the TTFT timeout (or the total one, if sooner)."""
         d = self.deadline
         if self.total_t <= self.ttft_t:
-            d.at, d.kind, d.message = self.total_t, ErrorKind.TOTAL_TIMEOUT, f"request took longer than {self.limits.total_s:g} s"
+            d.at, d.kind, d.message = self.total_t, ErrorKind.TOTAL_TIMEOUT, self._total_message()
         else:
             d.at, d.kind, d.message = self.ttft_t, ErrorKind.TTFT_TIMEOUT, f"no token within {self.limits.ttft_s:g} s"
 
@@ -204,8 +204,11 @@ class _Clock:
             if earlier:  # e.g. from the TTFT deadline to a shorter stall one: the watchdog must know
                 self.watchdog.moved(d)
         elif d.kind is not ErrorKind.TOTAL_TIMEOUT:
-            d.at, d.kind, d.message = self.total_t, ErrorKind.TOTAL_TIMEOUT, f"request took longer than {self.limits.total_s:g} s"
+            d.at, d.kind, d.message = self.total_t, ErrorKind.TOTAL_TIMEOUT, self._total_message()
             self.watchdog.moved(d)
+
+    def _total_message(self) -> str:
+        return f"request took longer than {self.limits.total_s:g} s"
 
 
 def _open(pool: ConnectionPool, request: bytes, clock: _Clock, out: Exchange) -> socket.socket:
