@@ -71,7 +71,7 @@ def redact_argv(argv: list[str], secret: str = "") -> list[str]:
 
 def _versions() -> dict[str, str]:
     found = {"python": platform.python_version()}
-    for package in ("llm-locust", "locust", "gevent", "sseclient-py", "prometheus_client"):
+    for package in ("llm-locust", "locust", "gevent", "orjson", "prometheus_client"):
         try:
             found[package] = version(package)
         except PackageNotFoundError:
