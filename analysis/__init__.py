@@ -9,10 +9,12 @@ metrics, log and configuration: ``prometheus``, ``serverlog``) and
 """
 
 from analysis.knee import CriticalConcurrency, find_critical_concurrency
+from analysis.outcome import RunOutcome
 from analysis.report import AnalysisResult, ReportPaths, analyze, analyze_run, write_report
 from analysis.rundir import Run, RunDirError, load_run
 
 __all__ = [
-    "AnalysisResult", "CriticalConcurrency", "ReportPaths", "Run", "RunDirError", "analyze",
+    "AnalysisResult", "CriticalConcurrency", "ReportPaths", "Run", "RunDirError", "RunOutcome",
+    "analyze",
     "analyze_run", "find_critical_concurrency", "load_run", "write_report",
 ]

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from analysis.outcome import RunOutcome, error_lines
 from analysis.report import analyze_run, config_line, critical_line, format_table
 from analysis.rundir import RunDirError
 from analysis.serverlog import TimeSource
@@ -56,10 +57,22 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
 
 
 def print_result(result) -> None:
-    """Print the per-step table, the critical concurrency with its evidence, and the written files."""
-    print(format_table(result.table))
-    print()
-    if result.baseline is not None:  # one step: there is no ladder to find a knee on
+    """Print the per-step table, notes, the critical concurrency with its evidence (or why there
+    is none: no request, no success - with the error kinds -, one load level), the written files."""
+    if result.outcome is not RunOutcome.NO_REQUESTS:
+        print(format_table(result.table))
+        print()
+    for note in result.notes:
+        print(f"Note: {note}")
+    if result.no_verdict_line:
+        print(result.no_verdict_line)
+        for line in result.critical.evidence[:-1]:
+            print(f"  {line}")
+        if result.outcome is RunOutcome.NO_SUCCESS and result.errors is not None:
+            print("Errors by kind (one example message each):")
+            for line in error_lines(result.errors):
+                print(f"  {line}")
+    elif result.baseline is not None:  # one step: there is no ladder to find a knee on
         print(result.baseline.text)
     else:
         print(critical_line(result.critical))
@@ -76,7 +89,8 @@ def print_result(result) -> None:
     for label, path in (("Throughput", paths.throughput_png), ("Latency", paths.latency_png),
                         ("Timeline", paths.timeline_png), ("Steps CSV", paths.steps_csv),
                         ("Summary", paths.summary_md)):
-        print(f"{label}: {path}")
+        if path is not None:
+            print(f"{label}: {path}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,8 +99,10 @@ def run(args: argparse.Namespace) -> int:
     Returns
     -------
     int
-        0 on success, 2 when the run directory cannot be read or a server option is wrong
-        (message on stderr).
+        0 when some request succeeded; 1 when none was recorded or every one failed (no
+        verdict: the printed output says why); 2 when the run directory cannot be read (one
+        line on stderr naming the file, e.g. a byte that is not UTF-8 and its offset) or a
+        server option is wrong.
     """
     try:
         result = analyze_run(args.run_dir, min_gain_per_doubling=args.min_gain_per_doubling,
@@ -98,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"llm-locust analyze: error: {exc}", file=sys.stderr)
         return 2
     print_result(result)
-    return 0
+    return result.exit_code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -113,7 +113,11 @@ def find_critical_concurrency(
     """
     finite = np.isfinite(table["output_tps"]) & np.isfinite(table["target_users"])
     valid = table[finite & (table["target_users"] > 0)].sort_values("target_users", kind="stable")
-    evidence = [f"step {s}: no measured throughput, left out" for s in table.loc[~finite, "step"]]
+    evidence = [
+        f"step {s}: " + ("no measured throughput" if not np.isfinite(tps) else
+                         "no target concurrency") + ", left out"
+        for s, tps in zip(table.loc[~finite, "step"], table.loc[~finite, "output_tps"])
+    ]
     if valid.empty:
         return CriticalConcurrency(users=None, saturated_step=None, saturated_users=None,
                                    highest_tested_users=None, server_data=False,

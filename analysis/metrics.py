@@ -116,6 +116,48 @@ def mean_inflight(t_start_s: pd.Series, t_end_s: pd.Series, window_start_s: floa
     return float(np.clip(overlap, 0.0, None).sum() / length_s)
 
 
+def prorated_tokens(t_first_s: pd.Series, t_end_s: pd.Series, tokens: pd.Series,
+                    window_start_s: float, window_end_s: float) -> float:
+    """Output tokens generated inside a window, each request's tokens spread over its decode.
+
+    Each request's ``tokens`` are spread uniformly over ``[t_first_s, t_end_s]`` (first token to
+    end) and the density is integrated over the window - exact, no sampling:
+    ``sum(tokens * overlap([t_first, t_end], [W0, W1]) / (t_end - t_first))``. A request with
+    ``t_end <= t_first`` (one token, or no TTFT) puts all its tokens at ``t_end``, counted when
+    ``W0 <= t_end < W1``; a missing ``t_first`` (NaN) is treated the same way.
+
+    Parameters
+    ----------
+    t_first_s, t_end_s : pandas.Series
+        First token and end of each request, wall clock Unix s.
+    tokens : pandas.Series
+        Output tokens of each request (NaN counts as 0).
+    window_start_s, window_end_s : float
+        The window ``[W0, W1)``, Unix s.
+
+    Returns
+    -------
+    float
+        Tokens (divide by ``W1 - W0`` for tokens/s).
+
+    Examples
+    --------
+    >>> prorated_tokens(pd.Series([0.0, 8.0]), pd.Series([20.0, 12.0]), pd.Series([100.0, 40.0]),
+    ...                 10.0, 20.0)
+    70.0
+    """
+    first = t_first_s.to_numpy(float)
+    end = t_end_s.to_numpy(float)
+    count = np.nan_to_num(tokens.to_numpy(float), nan=0.0)
+    length = end - first
+    spread = np.isfinite(length) & (length > 0)
+    overlap = np.clip(np.minimum(end, window_end_s) - np.maximum(first, window_start_s), 0.0, None)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(spread, overlap / np.where(spread, length, 1.0),
+                         (end >= window_start_s) & (end < window_end_s))
+    return float(np.sum(count * share))
+
+
 def inflight_series(t_start_s: pd.Series, t_end_s: pd.Series) -> pd.DataFrame:
     """Number of requests in flight as a step function of wall time.
 
@@ -148,6 +190,11 @@ def inflight_series(t_start_s: pd.Series, t_end_s: pd.Series) -> pd.DataFrame:
     })
 
 
+MAX_INFLIGHT_BINS = 100_000
+"""Most bins :func:`inflight_binned` makes; a longer span gets wider bins (a corrupt duration,
+e.g. ``e2e_ms`` of 1e12, must not exhaust memory)."""
+
+
 def inflight_binned(inflight: pd.DataFrame, bin_s: float = 1.0) -> pd.DataFrame:
     """Time-average of the in-flight step series over consecutive bins (for plotting).
 
@@ -161,7 +208,8 @@ def inflight_binned(inflight: pd.DataFrame, bin_s: float = 1.0) -> pd.DataFrame:
     inflight : pandas.DataFrame
         :func:`inflight_series` output (``t_s``, ``inflight``).
     bin_s : float, default 1.0
-        Bin length, s (> 0).
+        Bin length, s (> 0); widened to ``span / MAX_INFLIGHT_BINS`` when the series spans more
+        than :data:`MAX_INFLIGHT_BINS` bins.
 
     Returns
     -------
@@ -186,6 +234,7 @@ def inflight_binned(inflight: pd.DataFrame, bin_s: float = 1.0) -> pd.DataFrame:
         return pd.DataFrame({"t_s": pd.Series(dtype=float), "inflight": pd.Series(dtype=float)})
     t = inflight["t_s"].to_numpy(float)
     counts = inflight["inflight"].to_numpy(float)
+    bin_s = max(bin_s, (t[-1] - t[0]) / MAX_INFLIGHT_BINS)
     integral = np.concatenate([[0.0], np.cumsum(counts[:-1] * np.diff(t))])
     edges = np.arange(t[0], t[-1] + bin_s, bin_s)
     if len(edges) < 2:

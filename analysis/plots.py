@@ -116,7 +116,8 @@ def plot_timeline(ax: Axes, *, steps: pd.DataFrame, warmup_s: float, inflight: p
     ax : matplotlib.axes.Axes
     steps : pandas.DataFrame
         ``step``, ``target_users``, ``start_s``, ``end_s`` (Unix s). Steps are shaded
-        alternately and labelled with their concurrency; the warm-up part is hatched.
+        alternately and labelled with their concurrency; the warm-up part is hatched. Empty for
+        a run without a ladder: nothing shaded, and the title does not mention steps.
     warmup_s : float
         Warm-up at the start of each step, s.
     inflight : pandas.DataFrame
@@ -153,4 +154,5 @@ def plot_timeline(ax: Axes, *, steps: pd.DataFrame, warmup_s: float, inflight: p
     ax.set_ylabel("requests")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    ax.set_title("Requests in flight over the run (shaded: ladder steps)")
+    ax.set_title("Requests in flight over the run"
+                 + (" (shaded: ladder steps)" if len(steps) else ""))

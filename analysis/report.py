@@ -18,6 +18,7 @@ from analysis.baseline import Baseline, baseline_medians
 from analysis.configcheck import ConfigCheck, check_config
 from analysis.knee import CriticalConcurrency, find_critical_concurrency, fmt_users
 from analysis.metrics import end_time_s, inflight_binned, inflight_series
+from analysis.outcome import RunOutcome, error_examples, error_lines, judge_outcome, outcome_line
 from analysis.plots import plot_latency, plot_throughput, plot_timeline
 from analysis.rundir import Run, load_run
 from analysis.serverlog.errors import count_by_kind
@@ -44,14 +45,24 @@ DISPLAY_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 """(column, header, format) of the printed and markdown step tables."""
 
+MARKDOWN_EXTRA_COLUMNS: dict[str, tuple[str, str, str]] = {
+    "output_tps": ("output_tps_prorated", "out tok/s prorated", "{:.1f}"),
+}
+"""Columns only ``summary.md``'s table shows, each after the column named by its key."""
+
+SINGLE_LEVEL_LINE = "one load level: no ladder to judge"
+"""Start of the verdict line of a run without shape steps (``shape.kind == "none"``)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ReportPaths:
     """Files written into ``<run_dir>/report/``."""
 
     report_dir: Path
-    throughput_png: Path
-    latency_png: Path
+    throughput_png: Path | None
+    """None when there is nothing to draw against concurrency (no ladder, no success)."""
+    latency_png: Path | None
+    """None like ``throughput_png``."""
     timeline_png: Path
     steps_csv: Path
     summary_md: Path
@@ -84,6 +95,20 @@ class AnalysisResult:
         critical-concurrency evidence).
     config_check : ConfigCheck or None
         "Batching settings took effect: …".
+    outcome : RunOutcome
+        Whether any request succeeded (:mod:`analysis.outcome`); without one there is no verdict
+        and :attr:`exit_code` is 1.
+    errors : pandas.DataFrame
+        Failures by kind with one example message each (:func:`analysis.outcome.error_examples`).
+    single_level : bool
+        The run had no shape steps (``shape.kind == "none"``): one load level of unknown target
+        concurrency, no ladder to judge.
+    notes : tuple of str
+        What the analysis had to assume (e.g. a run that ended without a clean stop).
+    no_verdict_line : str
+        The line shown instead of the critical concurrency when there is none to judge
+        ("No verdict: no requests were recorded: …", "No verdict: no successful request: …",
+        "One load level: no ladder to judge …"); "" when there is a verdict.
     """
 
     run: Run
@@ -96,6 +121,21 @@ class AnalysisResult:
     evidence: ServerEvidence | None = None
     server_source_line: str = ""
     config_check: ConfigCheck | None = None
+    outcome: RunOutcome = RunOutcome.MEASURED
+    errors: pd.DataFrame | None = None
+    single_level: bool = False
+    notes: tuple[str, ...] = ()
+    no_verdict_line: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        """0 when some request succeeded, 1 when none did or none was recorded."""
+        return self.outcome.exit_code
+
+    @property
+    def vs_concurrency(self) -> bool:
+        """Whether throughput and latency can be drawn against concurrency (a ladder, a success)."""
+        return self.outcome is RunOutcome.MEASURED and not self.single_level
 
 
 def analyze(run: Run, *, min_gain_per_doubling: float = 1.15, waiting_threshold: float = 0.5,
@@ -103,7 +143,10 @@ def analyze(run: Run, *, min_gain_per_doubling: float = 1.15, waiting_threshold:
     """Compute the step table, server series, critical concurrency and config check (no I/O).
 
     A run without shape steps (``shape.kind == "none"``) is treated as one step spanning the
-    whole run with unknown target concurrency. Thresholds are those of
+    whole run with unknown target concurrency: one load level, no ladder to judge, so no
+    critical concurrency (:data:`SINGLE_LEVEL_LINE`, with the achieved in-flight). A run with no
+    request, or no successful one, gets no verdict either (:mod:`analysis.outcome`). Thresholds
+    are those of
     :func:`analysis.knee.find_critical_concurrency`. The step table's server columns come from
     the source chosen by ``server.source`` (:mod:`analysis.serversource`): ``auto`` (default)
     uses metrics first and the log where metrics have no value; the table's ``server_source``
@@ -116,7 +159,8 @@ def analyze(run: Run, *, min_gain_per_doubling: float = 1.15, waiting_threshold:
     """
     options = server or ServerOptions()
     steps = run.steps
-    if steps.empty:
+    single_level = bool(steps.empty)
+    if single_level:
         steps = pd.DataFrame({"step": [0], "target_users": [float("nan")],
                               "start_s": [run.started_at_s], "end_s": [run.ended_at_s]})
     evidence = gather(run, options)
@@ -133,6 +177,16 @@ def analyze(run: Run, *, min_gain_per_doubling: float = 1.15, waiting_threshold:
                                          ttft_growth=ttft_growth)
     source_line = describe_sources(evidence, options.source, labels)
     critical = replace(critical, evidence=(source_line,) + critical.evidence)
+    outcome, no_verdict_line = judge_outcome(run.requests), ""
+    if outcome is not RunOutcome.MEASURED:
+        why = outcome_line(outcome, len(run.requests))
+        critical, no_verdict_line = _no_verdict(None, why), f"No verdict: {why}"
+    elif single_level:
+        level = table.iloc[0]
+        why = (f"{SINGLE_LEVEL_LINE} (shape none: achieved concurrency "
+               f"{level['client_inflight']:.2f} requests in flight, {level['output_tps']:.1f} "
+               f"output tokens/s)")
+        critical, no_verdict_line = _no_verdict(source_line, why), why[0].upper() + why[1:]
     server_series = evidence.series(options.source)
     check = check_config(evidence.config, server_series, table, window_start_s=run.started_at_s,
                          window_end_s=run.ended_at_s, request_tokens=_request_tokens(run),
@@ -142,7 +196,18 @@ def analyze(run: Run, *, min_gain_per_doubling: float = 1.15, waiting_threshold:
     baseline = baseline_medians(run.requests, shape.get("requests")) if shape.get("kind") == "baseline" else None
     return AnalysisResult(run=replace(run, steps=steps), table=table, critical=critical,
                           server=server_series, inflight=inflight, baseline=baseline,
-                          evidence=evidence, server_source_line=source_line, config_check=check)
+                          evidence=evidence, server_source_line=source_line, config_check=check,
+                          outcome=outcome, errors=error_examples(run.requests),
+                          single_level=single_level, notes=run.notes,
+                          no_verdict_line=no_verdict_line)
+
+
+def _no_verdict(source_line: str | None, why: str) -> CriticalConcurrency:
+    """A :class:`CriticalConcurrency` without a value whose last evidence line says why."""
+    return CriticalConcurrency(users=None, saturated_step=None, saturated_users=None,
+                               highest_tested_users=None, server_data=False,
+                               evidence=(*([source_line] if source_line else []), why),
+                               kneed_users=None)
 
 
 def _request_tokens(run: Run) -> float | None:
@@ -194,6 +259,10 @@ def analyze_run(run_dir: Path | str, *, min_gain_per_doubling: float = 1.15,
 def write_report(result: AnalysisResult, report_dir: Path | None = None) -> AnalysisResult:
     """Write throughput/latency/timeline PNGs, ``steps.csv`` and ``summary.md``.
 
+    The throughput and latency plots are drawn against concurrency: without a ladder (one load
+    level) or without a successful request they would be empty, so they are not written (and a
+    stale copy from an earlier analysis is removed); ``paths`` then holds None for them.
+
     Parameters
     ----------
     result : AnalysisResult
@@ -207,16 +276,23 @@ def write_report(result: AnalysisResult, report_dir: Path | None = None) -> Anal
     """
     out = Path(report_dir) if report_dir is not None else result.run.run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    paths = ReportPaths(report_dir=out, throughput_png=out / "throughput.png",
-                        latency_png=out / "latency.png", timeline_png=out / "timeline.png",
+    drawn = result.vs_concurrency
+    if not drawn:
+        for name in ("throughput.png", "latency.png"):
+            (out / name).unlink(missing_ok=True)
+    paths = ReportPaths(report_dir=out, throughput_png=out / "throughput.png" if drawn else None,
+                        latency_png=out / "latency.png" if drawn else None,
+                        timeline_png=out / "timeline.png",
                         steps_csv=out / "steps.csv", summary_md=out / "summary.md")
+    steps = result.run.steps.iloc[0:0] if result.single_level else result.run.steps
     with matplotlib.rc_context(PLOT_STYLE):
-        _save(paths.throughput_png, (9, 5.5),
-              lambda ax: plot_throughput(ax, result.table, result.critical))
-        _save(paths.latency_png, (9, 5.5),
-              lambda ax: plot_latency(ax, result.table, result.critical))
+        if drawn:
+            _save(paths.throughput_png, (9, 5.5),
+                  lambda ax: plot_throughput(ax, result.table, result.critical))
+            _save(paths.latency_png, (9, 5.5),
+                  lambda ax: plot_latency(ax, result.table, result.critical))
         _save(paths.timeline_png, (12, 5), lambda ax: plot_timeline(
-            ax, steps=result.run.steps, warmup_s=result.run.warmup_s, inflight=result.inflight,
+            ax, steps=steps, warmup_s=result.run.warmup_s, inflight=result.inflight,
             server=result.server, t0_s=result.run.started_at_s))
     result.table.to_csv(paths.steps_csv, index=False)
     paths.summary_md.write_text(summary_markdown(result), encoding="utf-8")
@@ -229,11 +305,18 @@ def _save(path: Path, size_in: tuple[float, float], draw) -> None:
     fig.savefig(path)
 
 
-def _display_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Header and formatted cells; an ``error kinds`` column only when some step has errors."""
-    columns = DISPLAY_COLUMNS
+def _display_rows(table: pd.DataFrame, *, markdown: bool = False
+                  ) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted cells; an ``error kinds`` column only when some step has errors;
+    with ``markdown``, also :data:`MARKDOWN_EXTRA_COLUMNS` (those the table has)."""
+    columns = []
+    for column in DISPLAY_COLUMNS:
+        columns.append(column)
+        extra = MARKDOWN_EXTRA_COLUMNS.get(column[0])
+        if markdown and extra is not None and extra[0] in table.columns:
+            columns.append(extra)
     if (table["errors"] > 0).any():
-        columns = columns + (("error_kinds", "error kinds", "text"),)
+        columns.append(("error_kinds", "error kinds", "text"))
     headers = [header for _, header, _ in columns]
     rows = []
     for record in table.to_dict("records"):
@@ -261,8 +344,9 @@ def format_table(table: pd.DataFrame) -> str:
 
 
 def markdown_table(table: pd.DataFrame) -> str:
-    """Per-step table as a GitHub-flavoured markdown table (NaN shown as ``-``)."""
-    headers, rows = _display_rows(table)
+    """Per-step table as a GitHub-flavoured markdown table (NaN shown as ``-``), with the
+    prorated throughput cross-check (:mod:`analysis.steps`) after ``out tok/s``."""
+    headers, rows = _display_rows(table, markdown=True)
     lines = ["| " + " | ".join(headers) + " |", "|" + "---:|" * len(headers)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
@@ -274,11 +358,11 @@ def critical_line(critical: CriticalConcurrency) -> str:
 
 
 def summary_markdown(result: AnalysisResult) -> str:
-    """``summary.md``: run identity, step table, critical concurrency with evidence, figures."""
+    """``summary.md``: run identity, notes, step table, critical concurrency with evidence (or
+    why there is none, with the error kinds when every request failed), figures."""
     meta, crit = result.run.meta, result.critical
     workload = meta.get("workload") or {}
     shape = meta.get("shape") or {}
-    kneed = "no knee found" if crit.kneed_users is None else f"{crit.kneed_users:g} users"
     lines = [
         f"# llm-locust run: {meta.get('model', '?')} at {meta.get('host', '?')}", "",
         f"- Run directory: `{result.run.run_dir}`",
@@ -288,19 +372,34 @@ def summary_markdown(result: AnalysisResult) -> str:
         "- Workload: " + ", ".join(f"{k}={v}" for k, v in workload.items()),
         f"- Requests: {len(result.run.requests)}; server metrics: "
         f"{'yes' if len(result.run.server_samples) else 'none scraped'}; server log: "
-        f"{'yes' if result.run.server_files.log_text else 'none'}", "",
-        "## Per-step table (steady windows)", "", markdown_table(result.table), "",
-        *([f"**{result.baseline.text}**", ""] if result.baseline is not None else []),
-        "## Critical concurrency", "", f"**{critical_line(crit)}**", "",
-        *[f"- {line}" for line in crit.evidence], "",
-        f"kneed cross-check (knee of throughput vs log2 concurrency, not used for the verdict): "
-        f"{kneed}.", "",
-        *server_markdown(result),
-        "## Figures", "",
-        "![throughput](throughput.png)", "", "![latency](latency.png)", "",
-        "![timeline](timeline.png)", "",
-        "Table as CSV: [steps.csv](steps.csv)", "",
+        f"{'yes' if result.run.server_files.log_text else 'none'}",
+        *[f"- **Note: {note}**" for note in result.notes], "",
     ]
+    if result.outcome is not RunOutcome.NO_REQUESTS:
+        lines += ["## Per-step table (steady windows)", "", markdown_table(result.table), "",
+                  "`out tok/s`: output tokens of requests completed in the window / window "
+                  "length (the headline); `out tok/s prorated`: each request's tokens spread "
+                  "over its decode and integrated over the window (cross-check, see "
+                  "`analysis/steps.py`).", ""]
+    if result.baseline is not None and result.outcome is RunOutcome.MEASURED:
+        lines += [f"**{result.baseline.text}**", ""]
+    lines += ["## Critical concurrency", ""]
+    if result.no_verdict_line:
+        lines += [f"**{result.no_verdict_line}**", ""]
+        if crit.evidence[:-1]:
+            lines += [*[f"- {line}" for line in crit.evidence[:-1]], ""]
+        if result.outcome is RunOutcome.NO_SUCCESS and result.errors is not None:
+            lines += ["Errors by kind (one example message each):", "",
+                      *[f"- {line}" for line in error_lines(result.errors)], ""]
+    else:
+        kneed = "no knee found" if crit.kneed_users is None else f"{crit.kneed_users:g} users"
+        lines += [f"**{critical_line(crit)}**", "", *[f"- {line}" for line in crit.evidence], "",
+                  f"kneed cross-check (knee of throughput vs log2 concurrency, not used for the "
+                  f"verdict): {kneed}.", ""]
+    figures = ["throughput", "latency"] if result.vs_concurrency else []
+    lines += [*server_markdown(result), "## Figures", "",
+              *[item for name in figures for item in (f"![{name}]({name}.png)", "")],
+              "![timeline](timeline.png)", "", "Table as CSV: [steps.csv](steps.csv)", ""]
     return "\n".join(lines)
 
 

@@ -3,7 +3,8 @@
 Files read (schema version 1, see DESIGN.md "Run directory"):
 
 ``run.json``
-    Run metadata: ``schema_version``, ``started_at_s`` / ``ended_at_s`` (wall clock, Unix s),
+    Run metadata: ``schema_version``, ``started_at_s`` / ``ended_at_s`` (wall clock, Unix s;
+    ``ended_at_s`` is null when the run was stopped without a clean end, by a timeout or Ctrl-C),
     ``host``, ``model``, ``workload``, and ``shape`` (``kind``, ``warmup_s``, ``steps`` with
     ``index``, ``users``, ``start_s``, ``end_s``; ``end_s`` may be null when the run was cut short).
 ``requests.csv``
@@ -13,6 +14,7 @@ Files read (schema version 1, see DESIGN.md "Run directory"):
 ``server.log``, ``server_log_stamps.csv``, ``server_info.json``, ``server_log_format.toml``
     (optional) The server's log and what else it says about itself: :mod:`analysis.serverfiles`.
 
+Every file is UTF-8; a byte that is not is reported with the file and its byte offset.
 All validation happens here, at the edge; everything downstream trusts the dtypes set here.
 """
 
@@ -71,6 +73,10 @@ SERVER_COLUMNS: tuple[str, ...] = ("t_s", "source", "metric", "labels", "value")
 STEP_COLUMNS: tuple[str, ...] = ("step", "target_users", "start_s", "end_s")
 """Columns of :attr:`Run.steps`."""
 
+UNCLEAN_END_NOTE = "run ended without a clean stop; end taken from the last record"
+"""Start of the note of a run whose ``run.json`` has no ``ended_at_s`` (stopped by a timeout or
+Ctrl-C): its end is the last request end or server sample, whichever is later."""
+
 
 class RunDirError(Exception):
     """A run directory is missing a file or holds data this package cannot read."""
@@ -96,10 +102,15 @@ class Run:
     steps : pandas.DataFrame
         Load-shape steps: ``step`` (int64), ``target_users`` (float64, users), ``start_s`` and
         ``end_s`` (float64, wall clock Unix s; a null ``end_s`` becomes the next step's start,
-        or ``ended_at_s`` for the last step). Sorted by ``start_s``.
+        or :attr:`ended_at_s` for the last step). Sorted by ``start_s``.
     server_files : ServerFiles
         Server log, its arrival stamps, ``/props`` / ``/info`` bodies, user format file
         (:mod:`analysis.serverfiles`); empty when absent.
+    inferred_end_s : float or None
+        When ``run.json`` has no ``ended_at_s``: the end taken from the records (wall clock,
+        Unix s; see :func:`last_record_s`); None after a clean stop.
+    notes : tuple of str
+        What the loader had to assume (e.g. :data:`UNCLEAN_END_NOTE`), for the report.
     """
 
     run_dir: Path
@@ -108,6 +119,8 @@ class Run:
     server_samples: pd.DataFrame
     steps: pd.DataFrame
     server_files: ServerFiles = field(default_factory=ServerFiles)
+    inferred_end_s: float | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def started_at_s(self) -> float:
@@ -116,8 +129,16 @@ class Run:
 
     @property
     def ended_at_s(self) -> float:
-        """Wall clock (Unix s) when the run ended."""
+        """Wall clock (Unix s) when the run ended: ``run.json``'s ``ended_at_s``, or, when the
+        run stopped without one, :attr:`inferred_end_s`."""
+        if self.meta.get("ended_at_s") is None and self.inferred_end_s is not None:
+            return self.inferred_end_s
         return float(self.meta["ended_at_s"])
+
+    @property
+    def clean_stop(self) -> bool:
+        """False when ``run.json`` has no ``ended_at_s`` (stopped by a timeout or Ctrl-C)."""
+        return self.meta.get("ended_at_s") is not None
 
     @property
     def warmup_s(self) -> float:
@@ -144,11 +165,19 @@ def load_run(run_dir: Path | str, *, server_log: Path | str | None = None,
     Raises
     ------
     RunDirError
-        If the directory, ``run.json`` or ``requests.csv`` is missing; if ``run.json`` is not
-        valid JSON, lacks ``schema_version``/``started_at_s``/``ended_at_s`` or has an unknown
-        ``schema_version``; if a CSV lacks required columns (the message lists them), holds a
-        non-numeric value in a numeric column, or an ``error_kind`` outside the closed set; if a
-        server-side file is unreadable (:class:`analysis.serverfiles.ServerFilesError`).
+        If the directory, ``run.json`` or ``requests.csv`` is missing; if ``run.json``,
+        ``requests.csv`` or ``server_metrics.csv`` holds a byte that is not UTF-8 (the message
+        names the file and the byte offset); if ``run.json`` is not valid JSON, lacks
+        ``schema_version``/``started_at_s`` or has an unknown ``schema_version``; if a CSV lacks
+        required columns (the message lists them), holds a non-numeric value in a numeric
+        column, or an ``error_kind`` outside the closed set; if a server-side file is unreadable
+        (:class:`analysis.serverfiles.ServerFilesError`).
+
+    Notes
+    -----
+    A null (or absent) ``ended_at_s`` - a run stopped by a timeout or Ctrl-C - is accepted: the
+    end is :func:`last_record_s` and :attr:`Run.notes` says so. A null ``end_s`` of the last
+    step becomes that end as well.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -156,26 +185,86 @@ def load_run(run_dir: Path | str, *, server_log: Path | str | None = None,
     meta = _read_meta(run_dir / "run.json")
     requests = _read_requests(run_dir / "requests.csv")
     server = _read_server(run_dir / "server_metrics.csv")
-    steps = _steps_frame(meta, run_dir / "run.json")
+    inferred_end_s, notes = None, []
+    if meta.get("ended_at_s") is None:
+        inferred_end_s = last_record_s(requests, server, meta)
+        notes.append(f"{UNCLEAN_END_NOTE} ({inferred_end_s - float(meta['started_at_s']):.1f} s "
+                     "after the start)")
+    end_s = float(meta["ended_at_s"]) if inferred_end_s is None else inferred_end_s
+    steps = _steps_frame(meta, run_dir / "run.json", end_s)
+    raw_steps = (meta.get("shape") or {}).get("steps") or []
+    if raw_steps and max(raw_steps, key=lambda s: float(s["start_s"])).get("end_s") is None:
+        last = steps.iloc[-1]
+        notes.append(f"step {int(last['step'])} has no recorded end: it ends with the run "
+                     f"({'the last record' if inferred_end_s is not None else 'ended_at_s'})")
     try:
         files = read_server_files(run_dir, server_log=server_log,
                                   server_log_format=server_log_format)
     except ServerFilesError as exc:
         raise RunDirError(str(exc)) from exc
     return Run(run_dir=run_dir, meta=meta, requests=requests, server_samples=server, steps=steps,
-               server_files=files)
+               server_files=files, inferred_end_s=inferred_end_s, notes=tuple(notes))
+
+
+def last_record_s(requests: pd.DataFrame, server: pd.DataFrame, meta: dict[str, Any]) -> float:
+    """End of a run that stopped without ``ended_at_s``: its last record.
+
+    Parameters
+    ----------
+    requests : pandas.DataFrame
+        ``requests.csv`` as loaded (``t_start_s`` Unix s, ``e2e_ms`` ms).
+    server : pandas.DataFrame
+        ``server_metrics.csv`` as loaded (``t_s`` Unix s).
+    meta : dict
+        ``run.json``; ``started_at_s`` and the steps' ``start_s`` / ``end_s`` bound it from below.
+
+    Returns
+    -------
+    float
+        Wall clock, Unix s: just after (``math.nextafter``) the latest of the last request end
+        (``t_start_s + e2e_ms / 1000``), the last server sample, and the start and step bounds
+        in ``run.json`` (so an empty run still has an end, its start). "Just after" keeps the
+        last request inside the last step's window ``[start, end)``.
+    """
+    ends = [float(meta["started_at_s"])]
+    if len(requests):
+        ends.append(float((requests["t_start_s"] + requests["e2e_ms"].fillna(0.0) / 1000.0).max()))
+    if len(server) and server["t_s"].notna().any():
+        ends.append(float(server["t_s"].max()))
+    for step in (meta.get("shape") or {}).get("steps") or []:
+        for key in ("start_s", "end_s"):
+            value = step.get(key) if isinstance(step, dict) else None
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                ends.append(float(value))
+    return math.nextafter(max(ends), math.inf)
+
+
+def _read_utf8(path: Path) -> str:
+    """The file's text; raise :class:`RunDirError` naming the first byte that is not UTF-8."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RunDirError(_not_utf8(path, data, exc)) from None
+
+
+def _not_utf8(path: Path, data: bytes, exc: UnicodeDecodeError) -> str:
+    line = data.count(b"\n", 0, exc.start) + 1
+    return (f"{path}: not UTF-8 text: byte 0x{data[exc.start]:02x} at byte offset {exc.start} "
+            f"(line {line}) ({exc.reason})")
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise RunDirError(f"{path}: missing (every run directory needs run.json)")
+    text = _read_utf8(path)
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        meta = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise RunDirError(f"{path}: not valid JSON ({exc})") from exc
     if not isinstance(meta, dict):
         raise RunDirError(f"{path}: expected a JSON object")
-    missing = [k for k in ("schema_version", "started_at_s", "ended_at_s") if meta.get(k) is None]
+    missing = [k for k in ("schema_version", "started_at_s") if meta.get(k) is None]
     if missing:
         raise RunDirError(f"{path}: missing keys {missing}")
     if meta["schema_version"] not in SCHEMA_VERSIONS:
@@ -189,7 +278,11 @@ def _read_meta(path: Path) -> dict[str, Any]:
 def _read_csv_strings(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     """Read a CSV with every cell as a string ("" for empty) and check its header."""
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False)
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False,
+                            encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        _read_utf8(path)  # pandas' offset is within a chunk: raise with the file's own offset
+        raise RunDirError(f"{path}: not UTF-8 text ({exc})") from None
     except pd.errors.EmptyDataError:
         frame = pd.DataFrame(columns=list(required), dtype=str)
     missing = [c for c in required if c not in frame.columns]
@@ -260,7 +353,7 @@ def _read_server(path: Path) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def _steps_frame(meta: dict[str, Any], path: Path) -> pd.DataFrame:
+def _steps_frame(meta: dict[str, Any], path: Path, end_s: float) -> pd.DataFrame:
     raw = (meta.get("shape") or {}).get("steps") or []
     try:
         rows = sorted(
@@ -274,6 +367,6 @@ def _steps_frame(meta: dict[str, Any], path: Path) -> pd.DataFrame:
     steps = pd.DataFrame(rows, columns=list(STEP_COLUMNS))
     steps = steps.astype({"step": "int64", "target_users": "float64",
                           "start_s": "float64", "end_s": "float64"})
-    next_start = steps["start_s"].shift(-1).fillna(float(meta["ended_at_s"]))
+    next_start = steps["start_s"].shift(-1).fillna(end_s)
     steps["end_s"] = np.where(steps["end_s"].isna(), next_start, steps["end_s"])
     return steps

@@ -2,6 +2,23 @@
 
 A step's **steady window** is ``[start_s + warmup_s, end_s)`` (wall clock, Unix s): the warm-up
 (ramp and queue fill) is dropped. Every per-step figure is computed over that window only.
+
+Output throughput is given two ways (tokens/s, larger is better):
+
+``output_tps`` (the headline, DESIGN.md's definition, used by the critical-concurrency rule)
+    ``sum(output_tokens of successful requests completed in the window) / W``. Each request
+    counts whole, in the window its end falls in. When requests run in synchronised waves and
+    each lasts a sizeable part of the window, the number of completions in a window can differ
+    by a whole wave from one step to the next (e.g. a 15 s window and 7 s requests: two waves
+    or three), so ``output_tps`` jumps by up to one wave's tokens / W with no change on the
+    server.
+``output_tps_prorated`` (cross-check)
+    Each successful request's output tokens spread uniformly over its decode, ``[t_start_s +
+    ttft_ms / 1000, t_end_s]``, and integrated over the window, / W - exact, no sampling
+    (:func:`analysis.metrics.prorated_tokens`). It counts the tokens generated *during* the
+    window, so waves do not make it jump; it reads low at the very end of a run that was cut
+    short (requests still streaming then were never recorded). The two agree when the window
+    holds many requests; a large gap means ``output_tps`` is quantised by waves.
 """
 
 from __future__ import annotations
@@ -9,13 +26,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import mean_inflight, with_request_metrics
+from analysis.metrics import mean_inflight, prorated_tokens, with_request_metrics
 from analysis.server import time_average
 
 STEP_TABLE_COLUMNS: tuple[str, ...] = (
     "step", "target_users", "window_start_s", "window_end_s", "window_s", "client_inflight",
     "server_running", "server_waiting", "kv_usage_ratio", "server_gen_tps", "completed",
-    "output_tps", "request_rps", "ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "decode_tps_p50",
+    "output_tps", "output_tps_prorated", "request_rps", "ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "decode_tps_p50",
     "e2e_p50_ms", "errors", "error_kinds",
 )
 """Columns of :func:`step_table`, in order."""
@@ -57,6 +74,10 @@ def step_table(requests: pd.DataFrame, windows: pd.DataFrame,
     - ``output_tps = sum(output_tokens of those) / W`` (tokens/s, larger is better);
       ``request_rps = completed / W`` (requests/s). Both NaN when no request at all (successful
       or failed) completed in the window; 0 when only failures did.
+    - ``output_tps_prorated`` (tokens/s): cross-check of ``output_tps``; the output tokens of
+      every successful request spread uniformly over ``[t_start_s + ttft_ms / 1000, t_end_s]``
+      and integrated over the window, / W (module docstring). NaN when ``W = 0`` or no request
+      (successful or failed) was in flight during the window.
     - ``ttft_p50_ms``, ``ttft_p95_ms``, ``tpot_p50_ms``, ``decode_tps_p50`` (per-request
       ``1000 / TPOT``, tokens/s), ``e2e_p50_ms``: percentiles (linear interpolation) over the
       successful requests completed in the window; NaN when none.
@@ -84,6 +105,8 @@ def step_table(requests: pd.DataFrame, windows: pd.DataFrame,
         ``errors`` are int64, ``error_kinds`` str, the rest float64.
     """
     reqs = with_request_metrics(requests)
+    ok_all = reqs[reqs["ok"]]
+    first_token_s = ok_all["t_start_s"] + ok_all["ttft_ms"] / 1000.0
     rows = []
     for window in windows.itertuples(index=False):
         start_s, end_s = float(window.window_start_s), float(window.window_end_s)
@@ -92,6 +115,8 @@ def step_table(requests: pd.DataFrame, windows: pd.DataFrame,
         ok = done[done["ok"]]
         failed = done[~done["ok"]]
         measured = length_s > 0 and len(done) > 0
+        in_flight = length_s > 0 and bool(((reqs["t_start_s"] < end_s)
+                                            & (reqs["t_end_s"] >= start_s)).any())
         row = {
             "step": int(window.step),
             "target_users": float(window.target_users),
@@ -102,6 +127,9 @@ def step_table(requests: pd.DataFrame, windows: pd.DataFrame,
             **_server_means(server, start_s, end_s),
             "completed": len(ok),
             "output_tps": ok["output_tokens"].sum() / length_s if measured else np.nan,
+            "output_tps_prorated": prorated_tokens(
+                first_token_s, ok_all["t_end_s"], ok_all["output_tokens"], start_s, end_s,
+            ) / length_s if in_flight else np.nan,
             "request_rps": len(ok) / length_s if measured else np.nan,
             "ttft_p50_ms": _quantile(ok["ttft_ms"], 0.50),
             "ttft_p95_ms": _quantile(ok["ttft_ms"], 0.95),

@@ -19,6 +19,31 @@ SHARED = Path(os.environ.get("LLM_LOCUST_SHARED") or REPO.parent / "shared")
 FIXTURES = SHARED / "fixtures"
 
 
+def require_shared(path: Path, needed_for: str) -> None:
+    """Skip the calling test when ``path`` (under the shared folder) is missing; fail it in CI.
+
+    The one rule for everything taken from ``shared/`` (fixtures, real servers): outside CI a
+    clone without ``../shared`` (and no ``$LLM_LOCUST_SHARED``) skips those tests with the
+    reason; in CI (``CI`` set, e.g. ``CI=true``) a missing file is a failure, never a skip.
+    Call it inside a test (not at import time).
+    """
+    if path.exists():
+        return
+    message = (f"{path} not found: {needed_for} need the workplace's shared/ folder "
+               f"(looked in {SHARED}: ../shared beside the clone, or $LLM_LOCUST_SHARED)")
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def fixture_path(*parts: str) -> Path:
+    """``shared/fixtures/<parts...>``; skips the test (fails in CI) when it is missing
+    (:func:`require_shared`)."""
+    path = FIXTURES.joinpath(*parts)
+    require_shared(path, "the recorded-server fixture tests")
+    return path
+
+
 @pytest.fixture
 def scripted_server(tmp_path):
     """Factory: ``start(script) -> (base_url, process)`` for tests/scripted_server.py."""

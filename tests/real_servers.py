@@ -15,17 +15,13 @@ from pathlib import Path
 import pytest
 
 from llm_locust.launcher import free_port
-from tests.conftest import SHARED
+from tests.conftest import SHARED, require_shared
 
 REAL_SERVERS = SHARED / "real-servers"
 
 
 def _require(folder: Path) -> None:
-    if not (folder / "serve.sh").exists():
-        message = f"{folder} not found: the real-server tests need ../shared/real-servers"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_shared(folder / "serve.sh", "the real-server tests")
 
 
 @contextmanager

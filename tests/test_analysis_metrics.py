@@ -5,8 +5,8 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.metrics import (end_time_s, inflight_series, mean_inflight, tpot_ms,
-                              with_request_metrics)
+from analysis.metrics import (MAX_INFLIGHT_BINS, end_time_s, inflight_binned, inflight_series,
+                              mean_inflight, prorated_tokens, tpot_ms, with_request_metrics)
 
 
 def _frame(**columns):
@@ -66,3 +66,21 @@ def test_inflight_binned_averages_each_bin_exactly():
     result = inflight_binned(series, 1.0)
     assert result["t_s"].tolist() == [0.0, 1.0, 2.0]
     assert result["inflight"].tolist() == pytest.approx([1.0, 1.5, 1.5])
+
+
+def test_inflight_bins_are_widened_for_a_huge_span():
+    # one corrupt request lasting 1e9 s would need 1e9 one-second bins
+    series = inflight_series(pd.Series([0.0, 0.0]), pd.Series([1e9, 2.0]))
+    result = inflight_binned(series, 1.0)
+    assert len(result) == MAX_INFLIGHT_BINS
+    assert result["inflight"].iloc[0] == pytest.approx(1.0 + 2.0 / 1e4)  # bin of 1e4 s
+
+
+def test_prorated_tokens_by_hand():
+    # [0, 20] 100 tokens: half in [10, 20); [8, 12] 40 tokens: half; one token at 15 (no spread);
+    # NaN first token: all 7 at its end 25, outside
+    first = pd.Series([0.0, 8.0, 15.0, math.nan])
+    end = pd.Series([20.0, 12.0, 15.0, 25.0])
+    tokens = pd.Series([100.0, 40.0, 1.0, 7.0])
+    assert prorated_tokens(first, end, tokens, 10.0, 20.0) == pytest.approx(50.0 + 20.0 + 1.0)
+    assert prorated_tokens(first, end, tokens, 20.0, 30.0) == pytest.approx(7.0)

@@ -1,6 +1,7 @@
 """End to end: run directory -> report/ files and the ``analyze`` command (analysis/report.py,
 analysis/cli.py)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -122,3 +123,103 @@ def test_analysis_never_imports_locust():
             "{'locust', 'gevent', 'llm_locust'})\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+
+
+def test_unclean_stop_is_analysed_and_said(tmp_path, capsys):
+    # ended_at_s null and the last step open: the end is the last request's end (T0 + 13.0)
+    requests = [make_request(T0 + 1.0), make_request(T0 + 3.0), make_request(T0 + 12.0)]
+    run_dir = write_run_dir(tmp_path / "run", requests=requests,
+                            steps=[(1, T0, T0 + 10.0), (2, T0 + 10.0, None)])
+    meta = json.loads((run_dir / "run.json").read_text())
+    meta["ended_at_s"] = None
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    assert main([str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    note = "run ended without a clean stop; end taken from the last record (13.0 s after the start)"
+    assert f"Note: {note}" in out.splitlines()
+    assert note in (run_dir / "report" / "summary.md").read_text()
+    steps = pd.read_csv(run_dir / "report" / "steps.csv")
+    assert steps["completed"].tolist() == [2, 1]  # the last request, ending at the end, counts
+    assert steps["window_s"].iloc[1] == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("content", ["header", "empty"])
+def test_no_requests_recorded(tmp_path, capsys, content):
+    run_dir = write_run_dir(tmp_path / "run", requests=[], steps=[(1, T0, T0 + 10.0)])
+    if content == "empty":
+        (run_dir / "requests.csv").write_text("")
+    assert main([str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("No verdict: no requests were recorded: ")
+    assert "Critical concurrency" not in out
+    summary = (run_dir / "report" / "summary.md").read_text()
+    assert "**No verdict: no requests were recorded: " in summary
+    assert "Critical concurrency:" not in summary
+    assert not (run_dir / "report" / "throughput.png").exists()
+    assert not (run_dir / "report" / "latency.png").exists()
+    assert (run_dir / "report" / "timeline.png").is_file()
+
+
+def test_all_requests_failed(tmp_path, capsys):
+    def failed(t, kind, message, status=500):
+        return {**make_request(T0 + t, e2e_ms=200.0, output_tokens=0, error_kind=kind),
+                "error_message": message, "status_code": status}
+
+    requests = [failed(1.0, "http_5xx", "engine dead"), failed(2.0, "http_5xx", "later one"),
+                failed(3.0, "connection_error", "connection refused", status=""),
+                failed(11.0, "http_5xx", "again")]
+    run_dir = write_run_dir(tmp_path / "run", requests=requests,
+                            steps=[(1, T0, T0 + 10.0), (2, T0 + 10.0, T0 + 20.0)])
+    result = analyze_run(run_dir)
+    assert result.exit_code == 1 and result.critical.users is None
+    assert main([str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert ("No verdict: no successful request: cannot judge the critical concurrency "
+            "(all 4 requests failed)") in lines
+    assert "Critical concurrency" not in out
+    # most frequent first; the example is the earliest message of the kind
+    assert lines[lines.index("Errors by kind (one example message each):") + 1:][:2] == [
+        '  http_5xx: 3, e.g. "HTTP 500: engine dead"',
+        '  connection_error: 1, e.g. "connection refused"',
+    ]
+    summary = (run_dir / "report" / "summary.md").read_text()
+    assert '- http_5xx: 3, e.g. "HTTP 500: engine dead"' in summary
+    assert "![throughput]" not in summary and "![timeline](timeline.png)" in summary
+
+
+def test_shape_none_is_one_load_level(tmp_path, capsys):
+    requests = [make_request(T0 + 1.0), make_request(T0 + 3.0)]
+    run_dir = write_run_dir(tmp_path / "run", requests=requests, kind="none", steps=[],
+                            ended_at_s=T0 + 10.0)
+    assert main([str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    # in flight: 2 requests x 1 s over 10 s; 128 tokens / 10 s
+    assert ("One load level: no ladder to judge (shape none: achieved concurrency 0.20 requests "
+            "in flight, 12.8 output tokens/s)") in out.splitlines()
+    assert "no measured throughput" not in out and "Critical concurrency" not in out
+    report = run_dir / "report"
+    assert not (report / "throughput.png").exists() and not (report / "latency.png").exists()
+    _assert_png(report / "timeline.png")
+    summary = (report / "summary.md").read_text()
+    assert "**One load level: no ladder to judge" in summary
+    assert "(throughput.png)" not in summary and "(latency.png)" not in summary
+
+
+def test_timeline_title_mentions_steps_only_for_a_ladder(ladder_dir):
+    from matplotlib.figure import Figure
+
+    from analysis.plots import plot_timeline
+
+    result = analyze_run(ladder_dir, write=False)
+    for steps, title in ((result.run.steps, "Requests in flight over the run (shaded: ladder steps)"),
+                         (result.run.steps.iloc[0:0], "Requests in flight over the run")):
+        ax = Figure().add_subplot()
+        plot_timeline(ax, steps=steps, warmup_s=5.0, inflight=result.inflight,
+                      server=result.server, t0_s=result.run.started_at_s)
+        assert ax.get_title() == title
+
+
+def test_summary_has_the_prorated_throughput_column(ladder_dir):
+    summary = analyze_run(ladder_dir).paths.summary_md.read_text()
+    assert "| out tok/s | out tok/s prorated | req/s |" in summary

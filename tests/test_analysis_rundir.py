@@ -6,8 +6,10 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.rundir import RunDirError, load_run
-from tests.analysis_factories import T0, make_request, server_row, write_run_dir
+from analysis.rundir import UNCLEAN_END_NOTE, RunDirError, load_run
+from tests.analysis_factories import (
+    REQUEST_COLUMNS, T0, make_request, server_row, write_run_dir,
+)
 
 
 def _minimal(tmp_path, **kwargs):
@@ -109,4 +111,78 @@ def test_unknown_error_kind(tmp_path):
     run_dir = write_run_dir(tmp_path / "run", requests=[make_request(T0, error_kind="gremlins")],
                             steps=[(1, T0, T0 + 10.0)])
     with pytest.raises(RunDirError, match="gremlins"):
+        load_run(run_dir)
+
+
+def _unclean(tmp_path, *, server=None, last_step_end=None):
+    """Requests ending at T0+2.0 and T0+5.5; run.json without ended_at_s (timeout / Ctrl-C)."""
+    requests = [make_request(T0 + 1.0, e2e_ms=1000.0), make_request(T0 + 3.0, e2e_ms=2500.0)]
+    run_dir = write_run_dir(tmp_path / "run", requests=requests, server=server,
+                            steps=[(1, T0, T0 + 2.0), (2, T0 + 2.0, last_step_end)])
+    meta = json.loads((run_dir / "run.json").read_text())
+    meta["ended_at_s"] = None
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    return run_dir
+
+
+def test_null_ended_at_s_ends_at_the_last_request(tmp_path):
+    run = load_run(_unclean(tmp_path))
+    assert not run.clean_stop
+    assert run.ended_at_s == pytest.approx(T0 + 5.5, abs=1e-6)  # 3.0 + 2.5 s
+    assert run.ended_at_s > T0 + 5.5  # just after it: the last request stays in [start, end)
+    assert run.steps["end_s"].tolist() == [T0 + 2.0, run.ended_at_s]
+    assert run.notes == (
+        f"{UNCLEAN_END_NOTE} (5.5 s after the start)",
+        "step 1 has no recorded end: it ends with the run (the last record)",
+    )
+
+
+def test_null_ended_at_s_ends_at_a_later_server_sample(tmp_path):
+    server = [server_row(T0 + 7.0, "vllm:num_requests_running", 1.0)]
+    run = load_run(_unclean(tmp_path, server=server))
+    assert run.ended_at_s == pytest.approx(T0 + 7.0, abs=1e-6)
+    assert run.notes[0] == f"{UNCLEAN_END_NOTE} (7.0 s after the start)"
+
+
+def test_clean_stop_has_no_notes(tmp_path):
+    run = load_run(_minimal(tmp_path, server=None))
+    assert run.clean_stop and run.ended_at_s == T0 + 15.0
+    assert run.notes == ("step 1 has no recorded end: it ends with the run (ended_at_s)",)
+    requests = [make_request(T0 + 1.0)]
+    clean = load_run(write_run_dir(tmp_path / "clean", requests=requests,
+                                   steps=[(1, T0, T0 + 10.0)]))
+    assert clean.notes == ()
+
+
+def _header() -> bytes:
+    return (",".join(REQUEST_COLUMNS) + "\n").encode()
+
+
+def test_non_utf8_requests_csv_names_the_byte_offset(tmp_path):
+    run_dir = _minimal(tmp_path)
+    row = b"r\xff1,w0,chat," + b"," * (len(REQUEST_COLUMNS) - 4) + b"\n"
+    (run_dir / "requests.csv").write_bytes(_header() + row)
+    offset = len(_header()) + 1  # the byte after "r"
+    with pytest.raises(RunDirError) as info:
+        load_run(run_dir)
+    message = str(info.value)
+    assert message.startswith(str(run_dir / "requests.csv"))
+    assert f"byte 0xff at byte offset {offset} (line 2)" in message
+    assert "\n" not in message
+
+
+def test_non_utf8_server_metrics_csv(tmp_path):
+    run_dir = _minimal(tmp_path)
+    (run_dir / "server_metrics.csv").write_bytes(
+        b"t_s,source,metric,labels,value\n1.0,x,caf\xe9,{},2\n")
+    # 31 header bytes + "1.0,x,caf" (9 bytes): the bad byte is byte 40
+    with pytest.raises(RunDirError, match=r"server_metrics.csv: not UTF-8 text: byte 0xe9 at "
+                                          r"byte offset 40 \(line 2\)"):
+        load_run(run_dir)
+
+
+def test_non_utf8_run_json(tmp_path):
+    run_dir = _minimal(tmp_path)
+    (run_dir / "run.json").write_bytes(b'{"model": "\xc3"}')
+    with pytest.raises(RunDirError, match=r"run.json: not UTF-8 text: byte 0xc3 at byte offset 11"):
         load_run(run_dir)

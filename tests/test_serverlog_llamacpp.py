@@ -12,10 +12,10 @@ import pytest
 
 from analysis.serverlog import LogClock, LogText, parse_server_log
 from analysis.serverlog.llamacpp import relative_s
-from tests.conftest import FIXTURES
+from tests.conftest import fixture_path
 from tests.serverlog_helpers import mean, parse, unix, value_at
 
-FIXTURE = FIXTURES / "llama-cpp-b1-0c1e570" / "server.log"
+FIXTURE = ("llama-cpp-b1-0c1e570", "server.log")
 T0 = unix(2025, 11, 30, 12, 0, 0)
 """Wall clock of the server's time zero in these tests."""
 
@@ -24,15 +24,15 @@ def captured(delays_s=(0.05, 0.2)):
     """The fixture log as if captured during a run started at T0: each line arrives after its
     relative stamp by a delay cycling through ``delays_s``; lines without a stamp arrive with
     the line before."""
-    log = LogText.from_text(FIXTURE.read_text())
+    log = LogText.from_text(fixture_path(*FIXTURE).read_text())
     rel = relative_s(log, np.arange(log.n_lines))
     rel = np.maximum.accumulate(np.where(np.isfinite(rel), rel, 0.0))
     delays = np.resize(np.array(delays_s), log.n_lines)
-    return LogText.from_text(FIXTURE.read_text(), arrival_s=T0 + rel + delays)
+    return LogText.from_text(fixture_path(*FIXTURE).read_text(), arrival_s=T0 + rel + delays)
 
 
 def test_startup_config_of_the_real_log():
-    result = parse_server_log(LogText.from_text(FIXTURE.read_text()), clock=LogClock())
+    result = parse_server_log(LogText.from_text(fixture_path(*FIXTURE).read_text()), clock=LogClock())
     config = result.config
     assert result.family.value == "llamacpp"
     assert (config.batch_ceiling, config.batch_ceiling_name) == (4, "n_slots")
@@ -41,7 +41,7 @@ def test_startup_config_of_the_real_log():
 
 
 def test_without_arrival_stamps_slot_lines_cannot_be_placed():
-    result = parse_server_log(LogText.from_text(FIXTURE.read_text()), clock=LogClock())
+    result = parse_server_log(LogText.from_text(fixture_path(*FIXTURE).read_text()), clock=LogClock())
     assert result.data_lines == 240  # 120 launches + 120 releases
     assert len(result.unplaced_lines) == 240 and result.series.empty
     assert any("cannot be placed" in note for note in result.notes)

