@@ -27,6 +27,20 @@ def stream_options(workload: Workload) -> dict | None:
     return None
 
 
+def openai_body(workload: Workload, **fields: Any) -> dict:
+    """A streamed OpenAI-style body: ``model``, the given ``fields`` (``messages`` or ``prompt``),
+    ``max_tokens``, ``temperature``, ``stream: true``, then ``stream_options`` (left out rather
+    than null) and ``ignore_eos`` (a vLLM/SGLang extension, sent only when true)."""
+    body: dict = {"model": workload.model, **fields, "max_tokens": workload.max_tokens,
+                  "temperature": workload.temperature, "stream": True}
+    options = stream_options(workload)
+    if options is not None:
+        body["stream_options"] = options
+    if workload.ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
 def openai_max_tokens(body: dict) -> int | None:
     """``max_tokens`` (or ``max_completion_tokens``) of an OpenAI body, None if absent."""
     value = body.get("max_tokens", body.get("max_completion_tokens"))
@@ -53,19 +67,7 @@ class OpenAIChatAdapter:
         ``ignore_eos`` is sent only when true (a vLLM/SGLang extension other servers may reject);
         ``stream_options`` only when usage is asked for.
         """
-        body: dict = {
-            "model": workload.model,
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": workload.max_tokens,
-            "temperature": workload.temperature,
-            "stream": True,
-        }
-        options = stream_options(workload)
-        if options is not None:
-            body["stream_options"] = options
-        if workload.ignore_eos:
-            body["ignore_eos"] = True
-        return body
+        return openai_body(workload, messages=[{"role": "user", "content": prompt}])
 
     def interpret(self, payload: Any) -> StreamEvent:
         """Read one decoded chunk.

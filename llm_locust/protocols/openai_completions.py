@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from llm_locust.protocols.base import StreamEvent, Workload, error_text
-from llm_locust.protocols.openai_chat import openai_max_tokens, stream_options
+from llm_locust.protocols.openai_chat import openai_body, openai_max_tokens
 
 
 class OpenAICompletionsAdapter:
@@ -26,19 +26,7 @@ class OpenAICompletionsAdapter:
 
     def build_body(self, *, prompt: str, workload: Workload) -> dict:
         """Completions body: the prompt as is, stream on; same optional keys as chat."""
-        body: dict = {
-            "model": workload.model,
-            "prompt": prompt,
-            "max_tokens": workload.max_tokens,
-            "temperature": workload.temperature,
-            "stream": True,
-        }
-        options = stream_options(workload)
-        if options is not None:
-            body["stream_options"] = options
-        if workload.ignore_eos:
-            body["ignore_eos"] = True
-        return body
+        return openai_body(workload, prompt=prompt)
 
     def interpret(self, payload: Any) -> StreamEvent:
         """Read one decoded chunk.
