@@ -14,7 +14,7 @@ server then reads the next request on the same connection and replays the script
 otherwise it closes the connection after the last write. With ``tls`` it serves https.
 
 On stderr it records ``CONN <n>`` for each accepted connection, ``REQ <request line>`` and
-``BODY <hex>`` for each request, and ``SENT <i> <time.time()>`` after each write, so tests can compare the client's stamps
+``BODY <hex>`` for each request, and ``SENT <i> <time.time()>`` just before each write, so tests can compare the client's stamps
 with the server's send times and count connections.
 
 :func:`sse_script` builds the writes of a ``text/event-stream`` response.
@@ -127,11 +127,12 @@ def _serve(conn: socket.socket, script: dict, lock: threading.Lock) -> None:
                         return
                     if item.get("close"):
                         return
-                    conn.sendall(bytes.fromhex(item["hex"]))
-                else:
-                    conn.sendall(item.encode("utf-8"))
+                data = bytes.fromhex(item["hex"]) if isinstance(item, dict) else item.encode("utf-8")
+                # stamp, and log the stamp, before the bytes leave: a test that kills the server as
+                # soon as its client has read them must still find the stamp (loopback send: µs)
                 with lock:
                     print(f"SENT {index} {time.time()!r}", file=sys.stderr, flush=True)
+                conn.sendall(data)
             if not script.get("keep_alive"):
                 return
     except OSError:
