@@ -168,6 +168,11 @@ def test_llm_tab_live_during_a_ladder_run(playwright_api, live_run):
     assert [s["target_users"] for s in live["steps_table"]] == [1.0, 2.0, 4.0]
     for step, expected in zip(live["steps_table"], result.table.to_dict("records")):
         for column in ("output_tps", "ttft_p50_ms", "client_inflight", "server_waiting"):
+            if column == "client_inflight" and step is live["steps_table"][-1]:
+                # the last step's in-flight also counts requests that finish during the drain,
+                # whose records may reach the master after the tab was read: close, not equal
+                assert step[column] == pytest.approx(expected[column], rel=0.1), column
+                continue
             assert step[column] == pytest.approx(expected[column], rel=1e-6, abs=1e-9), column
     assert live["critical"]["users"] == result.critical.users
     # the knee the tab shows: at 4 users the server queues and TTFT climbs
