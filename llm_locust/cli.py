@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import locustfiles
+from llm_locust.options import positive_float, positive_int
 
 LOCUSTFILES = Path(locustfiles.__file__).resolve().parent
 SHAPE_LOCUSTFILES = {"ladder": "ladder.py", "baseline": "baseline.py", "none": "chat_stream.py"}
@@ -26,20 +27,6 @@ SHAPE_LOCUSTFILES = {"ladder": "ladder.py", "baseline": "baseline.py", "none": "
 def default_run_dir(prefix: str = "run") -> Path:
     """``runs/<prefix>-YYYYmmdd-HHMMSS`` under the current folder."""
     return Path("runs") / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 RUN_EPILOG = """\
@@ -61,7 +48,7 @@ All of them: .venv/bin/locust -f locustfiles/ladder.py --help
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = RUN_EPILOG
-    parser.add_argument("--workers", type=_positive_int, default=2, help="Local Locust worker processes (default 2)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="Local Locust worker processes (default 2)")
     parser.add_argument(
         "--shape", choices=sorted(SHAPE_LOCUSTFILES), default="ladder",
         help="ladder (--ladder, --dwell-s, --warmup-s), baseline (--baseline-requests) or none (-u, -r, -t)",
@@ -69,7 +56,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-f", "--locustfile", default=None, help="Your own locustfile instead of the shape's")
     parser.add_argument("--run-dir", type=Path, default=None, help="Run directory (default runs/run-<time>); must not hold a run already")
     parser.add_argument("--no-analyze", action="store_true", help="Do not analyse the run directory afterwards")
-    parser.add_argument("--timeout-s", type=_positive_float, default=3600.0,
+    parser.add_argument("--timeout-s", type=positive_float, default=3600.0,
                         help="Upper bound on the run's duration; past it the run is stopped and its data kept")
     parser.add_argument(
         "--web", action="store_true",

@@ -21,21 +21,21 @@ def parse_bool(text: str) -> bool:
     return text.strip().lower() in ("1", "true", "yes", "on")
 
 
-def _non_negative_float(text: str) -> float:
+def non_negative_float(text: str) -> float:
     value = float(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
@@ -113,7 +113,7 @@ def add_options(parser) -> None:
     group = parser
     group.add_argument("--model", default="", help="Model name to request (default: the first of GET /v1/models)")
     group.add_argument("--protocol", default="openai-chat", choices=sorted(ADAPTERS), help="Wire protocol")
-    group.add_argument("--max-tokens", type=_positive_int, default=64, help="max_tokens per request")
+    group.add_argument("--max-tokens", type=positive_int, default=64, help="max_tokens per request")
     group.add_argument(
         "--ignore-eos",
         type=parse_bool,
@@ -133,19 +133,19 @@ def add_options(parser) -> None:
     )
     group.add_argument("--run-dir", default="", help="Write the run directory here (master or standalone only)")
     group.add_argument("--ladder", type=_ladder, default="1,2,4,8", help="Concurrency ladder for LadderShape, e.g. 1,2,4,8")
-    group.add_argument("--dwell-s", type=_positive_float, default=20.0, help="Seconds each ladder step is held")
-    group.add_argument("--warmup-s", type=_non_negative_float, default=5.0, help="Seconds at the start of each step left out of analysis")
+    group.add_argument("--dwell-s", type=positive_float, default=20.0, help="Seconds each ladder step is held")
+    group.add_argument("--warmup-s", type=non_negative_float, default=5.0, help="Seconds at the start of each step left out of analysis")
     group.add_argument(
-        "--drain-s", type=_non_negative_float, default=60.0,
+        "--drain-s", type=non_negative_float, default=60.0,
         help="After the last ladder step, at most this long for in-flight requests to finish and be recorded",
     )  # fmt: skip
-    group.add_argument("--baseline-requests", type=_positive_int, default=10, help="Requests for BaselineShape")
+    group.add_argument("--baseline-requests", type=positive_int, default=10, help="Requests for BaselineShape")
     group.add_argument(
         "--metrics-url",
         default="",
         help="Prometheus endpoint to scrape during the run (default HOST/metrics; 'none' to disable)",
     )
-    group.add_argument("--scrape-interval-s", type=_positive_float, default=1.0, help="Seconds between /metrics scrapes")
+    group.add_argument("--scrape-interval-s", type=positive_float, default=1.0, help="Seconds between /metrics scrapes")
     group.add_argument(
         "--label", action="append", default=[], metavar="KEY=VALUE", help="Label recorded in run.json (repeatable)"
     )
@@ -180,13 +180,13 @@ def add_client_options(group) -> None:
         help="Connections shared by all users of a worker (0: one per user); fewer than users queues requests "
              "client-side, recorded as conn_wait_ms",
     )  # fmt: skip
-    group.add_argument("--connect-timeout-s", type=_non_negative_float, default=60.0,
+    group.add_argument("--connect-timeout-s", type=non_negative_float, default=60.0,
                        help="Fail a request (connect_timeout) when no connection opens in this time; 0 = off")
-    group.add_argument("--ttft-timeout-s", type=_non_negative_float, default=900.0,
+    group.add_argument("--ttft-timeout-s", type=non_negative_float, default=900.0,
                        help="Fail a request (ttft_timeout) with no token this long after sending; 0 = off")
-    group.add_argument("--stall-timeout-s", type=_non_negative_float, default=300.0,
+    group.add_argument("--stall-timeout-s", type=non_negative_float, default=300.0,
                        help="Fail a request (stall_timeout) when no SSE event comes for this long after the first token; 0 = off")
-    group.add_argument("--total-timeout-s", type=_non_negative_float, default=0.0,
+    group.add_argument("--total-timeout-s", type=non_negative_float, default=0.0,
                        help="Fail a request (total_timeout) that takes longer than this; 0 = off (default)")
 
 
