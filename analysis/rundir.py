@@ -44,7 +44,7 @@ REQUEST_COLUMNS: tuple[str, ...] = (
 OPTIONAL_REQUEST_COLUMNS: dict[str, str] = {
     "first_answer_ms": "float", "conn_wait_ms": "float", "connect_ms": "float", "sse_events": "float",
     "token_times_us": "str", "event_tokens": "str", "max_tokens": "float", "ignore_eos_violated": "float",
-    "response_id": "str",
+    "response_id": "str", "resent": "float",
 }
 """Columns added after the first run directories (appended after :data:`REQUEST_COLUMNS`, in
 this order): ``first_answer_ms`` (sent -> first answer-text event, ms), ``conn_wait_ms`` (wait
@@ -52,8 +52,9 @@ for a free connection before sending, ms), ``connect_ms`` (new connection's conn
 ``sse_events`` (SSE data events received), ``token_times_us`` (arrival of each token event, µs
 from the send, space-separated), ``event_tokens`` (tokens per token event, "" when unknown),
 ``max_tokens`` (requested limit, 0 = none named), ``ignore_eos_violated`` (0/1),
-``response_id``. Missing in an older file: float columns read as NaN (``conn_wait_ms``,
-``ignore_eos_violated``: 0), string columns as "". ``analysis/itl.py`` derives ITL from them."""
+``response_id``, ``resent`` (0/1: sent again after a kept-alive connection closed unanswered).
+Missing in an older file: float columns read as NaN (``conn_wait_ms``, ``ignore_eos_violated``,
+``resent``: 0), string columns as "". ``analysis/itl.py`` derives ITL from them."""
 
 REQUEST_FLOAT_COLUMNS: tuple[str, ...] = (
     "t_start_s", "headers_ms", "ttft_ms", "e2e_ms", "prompt_tokens", "output_tokens",
@@ -319,7 +320,7 @@ def _read_requests(path: Path) -> pd.DataFrame:
         out[column] = _to_float(frame, column, path)
     for column, dtype in OPTIONAL_REQUEST_COLUMNS.items():
         if column not in frame.columns:
-            default = "" if dtype == "str" else (0.0 if column in ("conn_wait_ms", "ignore_eos_violated") else np.nan)
+            default = "" if dtype == "str" else (0.0 if column in ("conn_wait_ms", "ignore_eos_violated", "resent") else np.nan)
             out[column] = pd.Series(default, index=frame.index, dtype=str if dtype == "str" else "float64")
         elif dtype == "str":
             out[column] = frame[column].astype(str)

@@ -95,6 +95,7 @@ def fill_record(
     record.max_tokens = max_tokens or 0
     record.status_code = exchange.status
     record.sse_events = exchange.sse_events
+    record.resent = int(exchange.resent)
     if not math.isnan(exchange.connect_s):
         record.connect_ms = exchange.connect_s * 1000.0
     if not math.isnan(exchange.headers_t):
@@ -116,10 +117,10 @@ def fill_record(
 
     total = _completion_tokens(usage)
     per_event = None
-    if token_us and None not in exchange.stated:
+    if token_us and len(exchange.stated) == len(token_us):
         per_event = [int(n) for n in exchange.stated]
         per_event[0] += exchange.pre_tokens
-    elif token_us and None not in exchange.running:
+    elif token_us and len(exchange.running) == len(token_us):
         per_event, previous = [], exchange.running_before
         for n in exchange.running:
             per_event.append(max(0, n - previous))

@@ -18,6 +18,7 @@ from llm_locust.connection import ConnectionPool, Target
 from llm_locust.models import first_served_model
 from llm_locust.prompts import load_prompts
 from llm_locust.protocols import Adapter, Workload, get_adapter
+from llm_locust.reader import StreamReader
 from llm_locust.stream import Limits
 from llm_locust.tokens import TokenizerCounter
 from llm_locust.watchdog import Watchdog
@@ -77,6 +78,9 @@ class ClientConfig:
         Header lines every request carries (``Authorization`` included, in memory only).
     watchdog : Watchdog
         Keeps every user's timeouts.
+    reader : StreamReader or None
+        Reads every user's response body in one greenlet; None where the platform has no epoll
+        (each user then reads its own).
     """
 
     target: Target
@@ -92,6 +96,7 @@ class ClientConfig:
     shared_pool: ConnectionPool | None
     headers: str
     watchdog: Watchdog
+    reader: StreamReader | None
 
     def adapter(self) -> Adapter:
         return get_adapter(self.protocol)
@@ -159,6 +164,7 @@ def build_client_config(options, host: str) -> ClientConfig:
         shared_pool=ConnectionPool(target, limit=connections, keep_alive=options.keep_alive) if connections > 0 else None,
         headers="".join(line + "\r\n" for line in headers),
         watchdog=Watchdog(),
+        reader=StreamReader() if StreamReader.available() else None,
     )
 
 

@@ -70,6 +70,7 @@ class ClientReport:
         self.failures: Counter = Counter()
         self.failures_by_status: Counter = Counter()
         self.ignore_eos_violations = 0
+        self.resent = 0
         self.cpu_peak: dict[str, float] = {}
         environment.events.worker_report.add_listener(self._on_worker_report)
 
@@ -94,6 +95,8 @@ class ClientReport:
                     self.failures_by_status[str(status)] += 1
             if int(_float(row[c["ignore_eos_violated"]]) or 0):
                 self.ignore_eos_violations += 1
+            if int(_float(row[c["resent"]]) or 0):
+                self.resent += 1
 
     def _on_worker_report(self, client_id, data) -> None:
         cpu = data.get(CPU_KEY)
@@ -123,6 +126,7 @@ class ClientReport:
             "failures_by_kind": dict(sorted(self.failures.items())),
             "failures_by_status": dict(sorted(self.failures_by_status.items())),
             "ignore_eos_violations": self.ignore_eos_violations,
+            "resent_requests": self.resent,
             "latency_ms": {name.removesuffix("_ms"): stats(values[ok]) for name, values in arrays.items()},
             "decode_tps": stats(1000.0 / tpot[tpot > 0]) if len(tpot) else stats(np.zeros(0)),
             "output_tokens": float(np.nansum(tokens[ok])) if len(tokens) else 0.0,
@@ -168,7 +172,9 @@ def format_summary(report: dict) -> str:
             figures = "".join(f"{s[k]:>10.1f}" for k in ("mean", "p50", "p95", "p99", "max"))
             lines.append(f"{name + ' ms':<14}{s['count']:>7}{figures}")
     lines.append(f"output tok/s {report['output_tps']:.1f}  achieved concurrency {report['achieved_concurrency']:.2f}"
-                 + (f"  ignore_eos violations {report['ignore_eos_violations']}" if report["ignore_eos_violations"] else ""))
+                 + (f"  ignore_eos violations {report['ignore_eos_violations']}" if report["ignore_eos_violations"] else "")
+                 + (f"  resent after a closed keep-alive connection {report['resent_requests']}"
+                    if report.get("resent_requests") else ""))  # fmt: skip
     return "\n".join(lines)
 
 

@@ -136,6 +136,11 @@ class RequestRecord:
         than ``length`` with fewer than ``max_tokens`` tokens), else 0. Not a failure.
     response_id : str
         The server's id of the response (OpenAI chunk ``id``), "" if none.
+    resent : int
+        1 when the request went out twice: the kept-alive connection it was first written on
+        closed before any byte of a response came (the server had closed it just as it was
+        reused), so it was sent again on a new connection; else 0. Every interval still counts
+        from the first send.
     """
 
     request_id: str
@@ -162,6 +167,7 @@ class RequestRecord:
     max_tokens: int = 0
     ignore_eos_violated: int = 0
     response_id: str = ""
+    resent: int = 0
 
     @property
     def ok(self) -> bool:

@@ -116,9 +116,16 @@ class SSEDecoder:
         return events if events is not None else _NO_EVENTS
 
     def _whole_events(self, piece: bytes) -> list[tuple[str, bytes]] | tuple:
+        self.pending_bytes = 0
+        blocks = piece.split(b"\n\n")
+        n = len(blocks) - 1  # the piece ends with LF LF: the last block is empty
+        if piece.count(b"\n") == 2 * n and piece.startswith(b"data: ") and piece.count(b"\n\ndata: ") == n - 1:
+            # the only line ends are the event ends, and every event starts "data: ": n one-line events
+            del blocks[n]
+            return [("message", block[6:]) for block in blocks]
         events = None
         parse = self._parse
-        for block in piece.split(b"\n\n"):
+        for block in blocks:
             if block[:5] == b"data:" and b"\n" not in block:
                 event = ("message", block[6:] if block[5:6] == b" " else block[5:])
             else:
@@ -132,7 +139,6 @@ class SSEDecoder:
                 events = [event]
             else:
                 events.append(event)
-        self.pending_bytes = 0
         return events if events is not None else _NO_EVENTS
 
     @staticmethod

@@ -4,8 +4,14 @@
 :class:`~llm_locust.connection.ConnectionPool` and reads the answer with ``recv`` as the socket
 delivers it (never in fixed-size blocks: a block read would hand a short stream's events over at
 its end). Every SSE event is stamped with the arrival of the bytes that completed it
-(:func:`_arrival_recv`, ``time.perf_counter`` seconds). HTTP framing (status line, headers, chunked transfer coding) is
+(``time.perf_counter`` seconds, see :mod:`llm_locust.reader`). The body of a 200 answer is read
+by the process's :class:`~llm_locust.reader.StreamReader` when there is one, else by the
+request's own greenlet. HTTP framing (status line, headers, chunked transfer coding) is
 geventhttpclient's C parser; SSE framing is :class:`~llm_locust.sse.SSEDecoder`.
+
+A kept-alive connection that the server closes just as the request goes out (its FIN or RST still
+on the way when the pool checked the connection) gets the request again on a new connection,
+once, when no byte of a response came on it (``Exchange.resent``).
 
 Each event is decoded when it is framed (``orjson``: measured in
 ``benchmarks/client_overhead.py`` at about a third of the stdlib's ``json.loads`` per event, and
@@ -30,29 +36,24 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-import gevent
-import gevent.socket
 from geventhttpclient.response import HTTPParseError, HTTPResponse
 from orjson import loads
 
 from llm_locust.connection import ConnectionPool
 from llm_locust.protocols.base import Adapter
+from llm_locust.reader import RECV_BYTES, StreamReader, arrival_recv, raw_socket
 from llm_locust.record import ErrorKind
 from llm_locust.sse import SSEDecoder, is_done
 from llm_locust.watchdog import Deadline, Expired, Watchdog
 
-_PLAIN_SOCKET = gevent.socket.socket  # what ConnectionPool opens for http:// (gevent's)
-_LOOP = gevent.get_hub().loop
-_LOOP_TIME_IS_WALL = abs(_LOOP.now() - time.time()) < 60.0  # libev: wall clock; libuv: not
-
-RECV_BYTES = 65536
-"""Most bytes asked of one ``recv``."""
 ERROR_BODY_BYTES = 65536
 """Most bytes of a non-200 body kept for its error message."""
 AFTER_DONE_GRACE_S = 0.5
 """After ``[DONE]``, how long the end of the HTTP message is awaited (so the connection can be
 kept alive); past it the connection is closed. E2E is stamped at ``[DONE]`` either way."""
 INF = math.inf
+MESSAGE = "message"
+_STALL = ErrorKind.STALL_TIMEOUT
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -89,8 +90,9 @@ class Exchange:
         text (answer, reasoning or tool calls), or, after the first one, a token the protocol
         counts without text (TGI's special EOS token).
     texts, stated, running : list
-        Per token event: its text; the tokens the protocol says it carried (None if unknown);
-        the running ``usage.completion_tokens`` it carried (None without usage).
+        Per token event: its text; the tokens the protocol says it carried; the running
+        ``usage.completion_tokens`` it carried. ``stated`` and ``running`` skip the events that
+        did not say, so they are per token event only when as long as ``token_us``.
     first_token_t, first_answer_t : float
         The first token event, the first event with answer text (``content``); NaN if none.
     pre_tokens, running_before : int
@@ -114,6 +116,10 @@ class Exchange:
         Body bytes received.
     body_head : bytes
         The first bytes of the body (kept for messages about a body that was not SSE).
+    resent : bool
+        The request went out twice: the kept-alive connection it was first written on closed
+        before any byte of the response came (the server had closed it as it was reused), and it
+        was sent again on a new connection. Intervals still count from ``t0``.
     """
 
     t0: float
@@ -137,48 +143,18 @@ class Exchange:
     failure: tuple | None = None
     body_bytes: int = 0
     body_head: bytes = b""
-
-
-def _arrival_recv(sock, raw) -> tuple[bytes, float]:
-    """``recv`` on ``sock`` and the instant its bytes arrived (``time.perf_counter`` seconds).
-
-    When the bytes were not there yet, the greenlet waits for the socket to become readable and
-    the arrival is the instant the event loop saw it (libev's loop time, taken when its poll
-    returned), not the later instant this greenlet got its turn: with hundreds of streams woken
-    by the same poll, the last one would otherwise be stamped milliseconds late. Bytes that were
-    already waiting are stamped now. ``raw`` is the OS socket under a plain gevent socket; None
-    (TLS, or an event loop whose time is not the wall clock) stamps after gevent's ``recv``.
-    """
-    if raw is None:
-        data = sock.recv(RECV_BYTES)
-        return data, time.perf_counter()
-    while True:
-        # wait first: the previous recv nearly always emptied the socket, and a failed recv costs
-        # an exception; when bytes are already there the loop reports it at once
-        sock._wait(sock._read_event)
-        now_wall, now = time.time(), time.perf_counter()
-        arrived = now - max(0.0, now_wall - _LOOP.now())
-        try:
-            return raw.recv(RECV_BYTES), arrived
-        except BlockingIOError:  # spurious readiness: wait again
-            continue
-
-
-def _raw_socket(sock):
-    """The OS socket to ``recv`` from directly, or None (see :func:`_arrival_recv`)."""
-    if sock.__class__ is _PLAIN_SOCKET and _LOOP_TIME_IS_WALL:
-        return getattr(sock, "_sock", None)
-    return None
+    resent: bool = False
 
 
 class _Clock:
     """The deadlines of one exchange, kept in a :class:`~llm_locust.watchdog.Deadline`."""
 
-    __slots__ = ("limits", "ttft_t", "total_t", "deadline", "watchdog")
+    __slots__ = ("limits", "ttft_t", "total_t", "stall_s", "deadline", "watchdog")
 
     def __init__(self, limits: Limits, t0: float, watchdog: Watchdog) -> None:
         self.limits = limits
         self.watchdog = watchdog
+        self.stall_s = limits.stall_s if limits.stall_s > 0 else INF
         self.ttft_t = t0 + limits.ttft_s if limits.ttft_s > 0 else INF
         self.total_t = t0 + limits.total_s if limits.total_s > 0 else INF
         self.deadline = Deadline()
@@ -194,10 +170,10 @@ class _Clock:
 
     def after_event(self, last_event_t: float) -> None:
         """After the first token: the stall timeout from the last event (or the total one)."""
-        stall_t = last_event_t + self.limits.stall_s if self.limits.stall_s > 0 else INF
+        stall_t = last_event_t + self.stall_s
         d = self.deadline
         if stall_t < self.total_t:
-            if d.kind is not ErrorKind.STALL_TIMEOUT:
+            if d.kind is not _STALL:
                 d.kind, d.message = ErrorKind.STALL_TIMEOUT, f"no event for {self.limits.stall_s:g} s"
             earlier = stall_t < d.at
             d.at = stall_t
@@ -211,13 +187,15 @@ class _Clock:
         return f"request took longer than {self.limits.total_s:g} s"
 
 
-def _open(pool: ConnectionPool, request: bytes, clock: _Clock, out: Exchange) -> socket.socket:
-    """A connection with the request written on it (a kept-alive one when the pool has one)."""
-    sock = pool.idle_socket()
+def _open(
+    pool: ConnectionPool, request: bytes, clock: _Clock, out: Exchange, *, reuse: bool = True
+) -> tuple[socket.socket, bool]:
+    """A connection with the request written on it, and whether it was a kept-alive one."""
+    sock = pool.idle_socket() if reuse else None
     if sock is not None:
         try:
             sock.sendall(request)
-            return sock
+            return sock, True
         except OSError:  # the server closed the idle connection: the request never reached it
             sock.close()
     at = clock.deadline.at
@@ -238,11 +216,16 @@ def _open(pool: ConnectionPool, request: bytes, clock: _Clock, out: Exchange) ->
     except BaseException:
         sock.close()
         raise
-    return sock
+    return sock, False
 
 
 def run_exchange(
-    pool: ConnectionPool, request: bytes, adapter: Adapter, limits: Limits, watchdog: Watchdog
+    pool: ConnectionPool,
+    request: bytes,
+    adapter: Adapter,
+    limits: Limits,
+    watchdog: Watchdog,
+    reader: StreamReader | None = None,
 ) -> tuple[Exchange, bool]:
     """Send ``request`` (a whole HTTP/1.1 request) and read its streamed answer.
 
@@ -258,6 +241,9 @@ def run_exchange(
         Timeouts.
     watchdog : Watchdog
         Keeps the TTFT, stall and total deadlines (one per process).
+    reader : StreamReader, optional
+        Reads the body together with every other open stream of the process (one per process);
+        None, or a connection it cannot read (TLS), reads it in the calling greenlet.
 
     Returns
     -------
@@ -268,16 +254,46 @@ def run_exchange(
     clock = _Clock(limits, out.t0, watchdog)
     watchdog.arm(clock.deadline)
     sock = None
+    stream = None
     reusable = False
     try:
-        sock = _open(pool, request, clock, out)
-        reusable = _read_response(sock, adapter, clock, out)
+        sock, reused = _open(pool, request, clock, out)
+        raw = raw_socket(sock)
+        try:
+            parser = _read_headers(sock, raw, out)
+        except _Unanswered:
+            if not reused:
+                raise
+            # a kept-alive connection the server closed as the request went out (its FIN or RST
+            # was still on the way when the pool checked it): the request was not answered, and
+            # is sent once more on a new connection, as browsers and HTTP libraries do
+            sock.close()
+            sock, _ = _open(pool, request, clock, out, reuse=False)
+            out.resent = True
+            raw = raw_socket(sock)
+            parser = _read_headers(sock, raw, out)
+        if out.status != 200:
+            reusable = _read_error_body(sock, parser, out)
+        else:
+            stream = _EventStream(parser, adapter, clock, out)
+            if not stream.take(None, out.headers_t):
+                if reader is not None and raw is not None:
+                    reader.follow(raw, stream)
+                else:
+                    while not stream.take(*arrival_recv(sock, raw)):
+                        pass
+            reusable = stream.reusable
     except Exception as exc:
-        out.failure = _failure_of(exc)
-        if out.failure is None:
+        failure = _failure_of(exc)
+        if failure is None:
             raise
-        if math.isnan(out.end_t):
-            out.end_t = out.failure[2]
+        if stream is not None:
+            stream.settle(failure)
+        else:
+            out.failure = failure
+            if math.isnan(out.end_t):
+                out.end_t = failure[2]
+        reusable = False
     finally:
         watchdog.disarm(clock.deadline)
         if sock is not None:
@@ -285,19 +301,34 @@ def run_exchange(
     return out, reusable
 
 
-def _read_response(sock: socket.socket, adapter: Adapter, clock: _Clock, out: Exchange) -> bool:
-    """Read headers and body into ``out``; return whether the connection may be reused."""
+def _read_headers(sock, raw, out: Exchange) -> HTTPResponse:
+    """Read up to the end of the final response headers; the parser holds the body bytes read so far.
+
+    Raises
+    ------
+    ConnectionError
+        The connection closed before the headers were complete.
+    """
     parser = HTTPResponse(method="POST")
-    raw = _raw_socket(sock)
+    received = False
     while not parser.headers_complete or parser.get_code() < 200:
-        data, out.headers_t = _arrival_recv(sock, raw)
-        parser.feed(data)
+        try:
+            data, out.headers_t = arrival_recv(sock, raw)
+        except ConnectionError as exc:
+            if received:
+                raise
+            raise _Unanswered(f"connection reset before any byte of the response: {exc!r}") from exc
         if not data:
-            raise ConnectionError("connection closed before the response headers")
+            message = "connection closed before the response headers"
+            raise ConnectionError(message) if received else _Unanswered(message + " (no byte of the response)")
+        received = True
+        parser.feed(data)
     out.status = parser.status_code
-    if out.status != 200:
-        return _read_error_body(sock, parser, out)
-    return _read_events(sock, raw, parser, adapter, clock, out)
+    return parser
+
+
+class _Unanswered(ConnectionError):
+    """The connection closed or was reset before any byte of the response arrived."""
 
 
 def _failure_of(exc: BaseException) -> tuple | None:
@@ -327,114 +358,190 @@ def _read_error_body(sock, parser: HTTPResponse, out: Exchange) -> bool:
     return parser.message_complete and parser.should_keep_alive()
 
 
-def _read_events(sock, raw, parser: HTTPResponse, adapter: Adapter, clock: _Clock, out: Exchange) -> bool:
-    """The SSE loop: every event decoded (``orjson``) and stamped with its read's instant."""
-    body = parser._body_buffer  # the C parser appends decoded body bytes here
-    decoder = SSEDecoder()
-    token_us, texts, stated, running = out.token_us, out.texts, out.stated, out.running
-    t0 = out.t0
-    interpret = adapter.interpret
-    first_token = False
-    first_answer = True
-    need_id = True
-    t = out.headers_t
-    t_us = None
-    n_events = 0
-    body_bytes = 0
-    last_event_t = math.nan
-    failure = None
-    try:
-        while True:
-            if body:
-                if not body_bytes:
-                    out.body_head = bytes(body[:200])
-                body_bytes += len(body)
-                framed = decoder.feed(body)  # the decoder copies what it keeps
-                del body[:]
-                for event_type, data in framed:
-                    if event_type != "message":
-                        if event_type == "error":
-                            failure = (ErrorKind.STREAM_ERROR, "event: error " + data.decode("utf-8", "replace"), t)
-                            break
-                        continue  # other named events carry nothing we measure
-                    if not data or data.isspace():
-                        continue  # "data:" keep-alive
-                    n_events += 1
-                    last_event_t = t
-                    if data[0] != 123 and is_done(data):  # not b"{": only then the real test
-                        out.done = True
-                        break
-                    try:
-                        event = interpret(loads(data))
-                    except (ValueError, AttributeError, TypeError) as exc:
-                        failure = (ErrorKind.BAD_RESPONSE, f"unparseable event {data[:80]!r}: {exc}", t)
-                        break
-                    # bookkeeping as events come (not in one burst at the end of the stream),
-                    # into lists of atoms the garbage collector never has to walk
-                    usage = event.usage
-                    if usage is not None:
-                        out.usage = usage
-                        usage = usage.get("completion_tokens")
-                    if event.finish_reason:
-                        out.finish_reason = event.finish_reason
-                    if need_id and event.response_id:
-                        out.response_id, need_id = event.response_id, False
-                    text = event.text
-                    if text or (first_token and event.tokens):
-                        if not first_token:
-                            first_token = True
-                            out.first_token_t = t
-                        if event.answer and first_answer:
-                            first_answer = False
-                            out.first_answer_t = t
-                        if t_us is None:  # formatted once per read (its events share the instant), not at the end
-                            t_us = str(int((t - t0) * 1e6 + 0.5))
-                        token_us.append(t_us)
-                        texts.append(text)
-                        stated.append(event.tokens)
-                        running.append(usage)
-                    elif not first_token:
-                        out.pre_tokens += event.tokens or 0
-                        if usage is not None:
-                            out.running_before = usage
-                    if event.error is not None:
-                        failure = (ErrorKind.STREAM_ERROR, event.error, t)
-                        break
-                if failure is not None or out.done:
-                    break
-                if first_token:
-                    clock.after_event(last_event_t)
-            if parser.message_complete:
-                break
-            data, t = _arrival_recv(sock, raw)
-            t_us = None
-            parser.feed(data)
-            if not data and not parser.message_complete:
-                raise ConnectionError("connection closed mid-stream")
-    except Exception as exc:  # a timeout, reset or close: what came before it is kept
-        failure = _failure_of(exc)
-        if failure is None:
-            raise
-    out.sse_events = n_events
-    out.body_bytes = body_bytes
-    out.end_t = last_event_t if n_events else time.perf_counter()
-    if failure is not None:
-        out.failure = failure
-        out.end_t = failure[2]
-        return False
-    if out.done and not parser.message_complete:
-        _await_end(sock, parser)
-    return parser.message_complete and parser.should_keep_alive() and not decoder.pending_bytes
+class _EventStream:
+    """The body of one 200 answer: bytes in as they are read, the :class:`Exchange` filled as events come.
 
+    :meth:`take` is called with each read's bytes and their arrival instant, by whichever greenlet
+    reads the socket (the request's own, or the process's :class:`~llm_locust.reader.StreamReader`);
+    it never blocks and never raises for what the server sent. Every SSE event is decoded
+    (``orjson``) and stamped with its read's instant.
 
-def _await_end(sock, parser: HTTPResponse) -> None:
-    """After ``[DONE]``: read the end of the HTTP message for a short while (for keep-alive)."""
-    try:
-        with gevent.Timeout(AFTER_DONE_GRACE_S, False):
-            while not parser.message_complete:
-                data = sock.recv(RECV_BYTES)
+    After ``[DONE]`` the end of the HTTP message is awaited for :data:`AFTER_DONE_GRACE_S` (so the
+    connection can be kept alive): the deadline then carries no kind, and its expiry only closes
+    the connection.
+    """
+
+    __slots__ = ("out", "parser", "body", "decoder", "interpret", "clock", "first_token", "first_answer",
+                 "need_id", "last_event_t", "draining", "reusable")  # fmt: skip
+
+    def __init__(self, parser: HTTPResponse, adapter: Adapter, clock: _Clock, out: Exchange) -> None:
+        self.out = out
+        self.parser = parser
+        self.body = parser._body_buffer  # the C parser appends decoded body bytes here
+        self.decoder = SSEDecoder()
+        self.interpret = adapter.interpret
+        self.clock = clock
+        self.first_token = False
+        self.first_answer = True
+        self.need_id = True
+        self.last_event_t = math.nan
+        self.draining = False
+        self.reusable = False
+
+    def take(self, data: bytes | None, t: float) -> bool:
+        """Take one read's bytes (``b""``: the peer closed; None: only what the parser holds).
+
+        Returns
+        -------
+        bool
+            True when the exchange is over: ``[DONE]`` and the end of the message, the end of
+            the message, the connection closed, or a failure (in ``out.failure``).
+        """
+        parser = self.parser
+        try:
+            if data is not None:
                 parser.feed(data)
-                if not data:
-                    return
-    except (OSError, HTTPParseError, Expired):
-        return
+                if not data and not parser.message_complete:
+                    raise ConnectionError("connection closed mid-stream")
+            if self.draining:
+                if parser.message_complete:
+                    self.reusable = parser.should_keep_alive() and not self.decoder.pending_bytes
+                    return True
+                return False
+            if self.body:
+                failure = self._events(t)
+                if failure is not None:
+                    self.settle(failure)
+                    return True
+        except Exception as exc:  # a reset or close, a malformed message: what came before is kept
+            failure = _failure_of(exc)
+            if failure is None:
+                raise
+            self.settle(failure)
+            return True
+        out = self.out
+        if out.done:
+            self.settle(None)
+            if parser.message_complete:
+                self.reusable = parser.should_keep_alive() and not self.decoder.pending_bytes
+                return True
+            self.draining = True
+            deadline = self.clock.deadline
+            deadline.at, deadline.kind, deadline.message = time.perf_counter() + AFTER_DONE_GRACE_S, None, "after [DONE]"
+            self.clock.watchdog.moved(deadline)
+            return False
+        if parser.message_complete:
+            self.settle(None)
+            self.reusable = parser.should_keep_alive() and not self.decoder.pending_bytes
+            return True
+        if self.first_token:
+            clock = self.clock
+            stall_t = self.last_event_t + clock.stall_s
+            deadline = clock.deadline
+            if deadline.kind is _STALL and stall_t < clock.total_t:
+                deadline.at = stall_t  # later than it was: the watchdog needs no call
+            else:
+                clock.after_event(self.last_event_t)
+        return False
+
+    def fail(self, exc: OSError) -> None:
+        """Reading the socket raised ``exc`` (a reset): the stream is over."""
+        self.settle(_failure_of(exc))
+
+    def release(self) -> None:
+        """The stream is over: its deadline no longer applies."""
+        self.clock.watchdog.disarm(self.clock.deadline)
+
+    def settle(self, failure: tuple | None) -> None:
+        """Close the books: E2E's end and the failure (kind, message, instant), if any.
+
+        A failure after ``[DONE]`` (the message's end never came) is no failure: the connection is
+        only not reused.
+        """
+        out = self.out
+        self.reusable = False
+        if self.draining:
+            return
+        out.end_t = self.last_event_t if out.sse_events else time.perf_counter()
+        if failure is not None and not out.done:
+            out.failure = failure
+            out.end_t = failure[2]
+
+    def _events(self, t: float) -> tuple | None:
+        """Frame and interpret the body bytes held; the failure they carry, else None."""
+        out = self.out
+        body = self.body
+        if not out.body_bytes:
+            out.body_head = bytes(body[:200])
+        out.body_bytes += len(body)
+        framed = self.decoder.feed(body)  # the decoder copies what it keeps
+        del body[:]
+        if not framed:
+            return None
+        token_us, texts, stated, running = out.token_us, out.texts, out.stated, out.running
+        interpret = self.interpret
+        first_token = self.first_token
+        first_answer = self.first_answer
+        need_id = self.need_id
+        t_us = None
+        n_events = 0
+        failure = None
+        for event_type, data in framed:
+            if event_type is not MESSAGE and event_type != MESSAGE:
+                if event_type == "error":
+                    failure = (ErrorKind.STREAM_ERROR, "event: error " + data.decode("utf-8", "replace"), t)
+                    break
+                continue  # other named events carry nothing we measure
+            n_events += 1
+            try:
+                payload = loads(data)
+            except ValueError as exc:  # the rare payloads that are not JSON are told apart only here
+                if is_done(data):
+                    out.done = True
+                    break
+                if not data.strip():
+                    n_events -= 1
+                    continue  # "data:" keep-alive
+                failure = (ErrorKind.BAD_RESPONSE, f"unparseable event {data[:80]!r}: {exc}", t)
+                break
+            try:
+                text, answer, tokens, usage, finish_reason, error, _, response_id = interpret(payload)
+            except (ValueError, AttributeError, TypeError) as exc:
+                failure = (ErrorKind.BAD_RESPONSE, f"unparseable event {data[:80]!r}: {exc}", t)
+                break
+            # bookkeeping as events come (not in one burst at the end of the stream),
+            # into lists of atoms the garbage collector never has to walk
+            if usage is not None:
+                out.usage = usage
+                usage = usage.get("completion_tokens")
+            if finish_reason:
+                out.finish_reason = finish_reason
+            if need_id and response_id:
+                out.response_id = response_id
+                need_id = self.need_id = False
+            if text or (first_token and tokens):
+                if not first_token:
+                    first_token = self.first_token = True
+                    out.first_token_t = t
+                if answer and first_answer:
+                    first_answer = self.first_answer = False
+                    out.first_answer_t = t
+                if t_us is None:  # formatted once per read (its events share the instant), not at the end
+                    t_us = str(int((t - out.t0) * 1e6 + 0.5))
+                token_us.append(t_us)
+                texts.append(text)
+                if tokens is not None:
+                    stated.append(tokens)
+                if usage is not None:
+                    running.append(usage)
+            elif not first_token:
+                out.pre_tokens += tokens or 0
+                if usage is not None:
+                    out.running_before = usage
+            if error is not None:
+                failure = (ErrorKind.STREAM_ERROR, error, t)
+                break
+        if n_events:
+            out.sse_events += n_events
+            self.last_event_t = t
+        return failure

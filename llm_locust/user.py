@@ -96,7 +96,7 @@ class LLMUser(User):
                 request_id=uuid.uuid4().hex[:16], worker_id=self.worker_id, name=self.request_name,
                 t_start_s=time.time(),
             )  # fmt: skip
-            exchange, _ = run_exchange(pool, request, self.adapter, config.limits, config.watchdog)
+            exchange, _ = run_exchange(pool, request, self.adapter, config.limits, config.watchdog, config.reader)
         finally:
             pool.release_slot()
         record.conn_wait_ms = conn_wait_s * 1000.0

@@ -77,6 +77,10 @@ def sent_times(process: subprocess.Popen) -> dict[int, float]:
     return stamps
 
 
+STAMP_TOLERANCE_MS = 5.0
+"""How far a client stamp may be from the scripted server's send stamp at low load (issue 3)."""
+
+
 def server_log(process: subprocess.Popen) -> dict:
     """What the scripted server printed (call after it was killed): ``connections`` (count),
     ``requests`` (request lines), ``bodies`` (request bodies, bytes, in order) and ``sent`` (as
@@ -100,3 +104,9 @@ def stop(process: subprocess.Popen) -> None:
     """Kill a scripted server (one this test started) and wait for it."""
     process.kill()
     process.wait(timeout=10)
+
+
+@pytest.fixture(params=[True, False], ids=["shared reader", "own greenlet"])
+def shared_reader(request) -> bool:
+    """Both ways a body is read: the process's StreamReader, or the request's own greenlet."""
+    return request.param

@@ -11,7 +11,11 @@ of the request), then sends the item and flushes (``TCP_NODELAY``). An item is a
 UTF-8), ``{"hex": "…"}`` (raw bytes, e.g. half of a UTF-8 character), ``{"close": true}`` (close
 the connection now) or ``{"reset": true}`` (abort it with a TCP RST). With ``keep_alive`` the
 server then reads the next request on the same connection and replays the script again;
-otherwise it closes the connection after the last write. With ``tls`` it serves https.
+otherwise it closes the connection after the last write. With ``tls`` it serves https. With
+``"answers_per_connection": n`` it answers n requests on a connection, then reads the next one and
+closes the connection without a byte of response (``"unanswered": "reset"`` aborts it with a RST
+instead), as a server does when it closes a kept-alive connection just as a client reuses it.
+``"later_writes"`` replaces ``writes`` for the second and later requests on a connection.
 
 On stderr it records ``CONN <n>`` for each accepted connection, ``REQ <request line>`` and
 ``BODY <hex>`` for each request, and ``SENT <i> <time.time()>`` just before each write, so tests can compare the client's stamps
@@ -109,6 +113,8 @@ def _read_request(conn: socket.socket, pending: bytes) -> tuple[bytes | None, by
 
 def _serve(conn: socket.socket, script: dict, lock: threading.Lock) -> None:
     writes = script["writes"]
+    answers = script.get("answers_per_connection")
+    served = 0
     pending = b""
     try:
         while True:
@@ -118,6 +124,15 @@ def _serve(conn: socket.socket, script: dict, lock: threading.Lock) -> None:
             with lock:
                 print(f"REQ {request_line}", file=sys.stderr, flush=True)
                 print(f"BODY {body.hex()}", file=sys.stderr, flush=True)
+            if answers is not None:
+                if answers == 0:
+                    if script.get("unanswered") == "reset":
+                        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    return
+                answers -= 1
+            if served and "later_writes" in script:
+                writes = script["later_writes"]
+            served += 1
             for index, (delay, item) in enumerate(writes):
                 if delay:
                     time.sleep(delay)

@@ -9,7 +9,7 @@ import subprocess
 import gevent
 import pytest
 
-from tests.conftest import server_log, stop
+from tests.conftest import STAMP_TOLERANCE_MS, server_log, stop
 from tests.locust_env import make_user, make_users
 from tests.scripted_server import sse_script
 from tests.sse_payloads import DONE, chat, sse
@@ -122,3 +122,76 @@ def test_https_target(scripted_server, tmp_path):
     assert all(r.ok for r in records), [r.error_message for r in records]
     assert records[-1].ttft_ms == pytest.approx((log["sent"][2] - records[-1].t_start_s) * 1000, abs=5)
     assert log["connections"] == 1  # kept alive over TLS too
+
+
+@pytest.mark.parametrize("unanswered", ["close", "reset"])
+def test_kept_alive_connection_closed_unanswered_sends_the_request_again(scripted_server, unanswered):
+    # one answer per connection, then the next request is read and the connection closed (FIN or
+    # RST) without a byte of response, as llama-server does when it drops a kept-alive connection
+    script = {**sse_script(STREAM, keep_alive=True), "answers_per_connection": 1, "unanswered": unanswered}
+    url, process = scripted_server(script)
+    user, _, fired = make_user(url)
+
+    records = [user.send("hi") for _ in range(3)]
+    stop(process)
+    log = server_log(process)
+
+    assert all(r.ok for r in records), [r.error_message for r in records]
+    # first request: a new connection; the 2nd and 3rd each went out on the kept-alive one
+    # (unanswered) and again on a new one: 1 + 2 * 2 requests over 3 connections
+    assert [r.resent for r in records] == [0, 1, 1]
+    assert (len(log["requests"]), log["connections"], user.pool.opened) == (5, 3, 3)
+    assert [r.content_events for r in records] == [2, 2, 2]
+    assert all(r.connect_ms == r.connect_ms for r in records)  # each answer came on a new connection
+    assert len(fired) == 3 and all(f["exception"] is None for f in fired)
+
+
+def test_new_connection_closed_unanswered_is_a_connection_error_not_resent(scripted_server):
+    url, process = scripted_server({**sse_script(STREAM, keep_alive=True), "answers_per_connection": 0})
+    user, _, _ = make_user(url)
+
+    record = user.send("hi")
+    stop(process)
+    log = server_log(process)
+
+    assert record.error_kind == "connection_error" and record.resent == 0
+    assert "before the response headers" in record.error_message
+    assert len(log["requests"]) == 1 and log["connections"] == 1
+
+
+def test_kept_alive_connection_closed_after_part_of_the_answer_is_not_resent(scripted_server):
+    # the second answer on the kept-alive connection stops after its headers: the server saw the
+    # request, so sending it again would be a second request
+    cut = sse_script([*STREAM[:1], (0.0, {"close": True})], keep_alive=True, end=False)["writes"]
+    url, process = scripted_server({**sse_script(STREAM, keep_alive=True), "later_writes": cut})
+    user, _, _ = make_user(url)
+
+    first, second = user.send("hi"), user.send("hi")
+    stop(process)
+    log = server_log(process)
+
+    assert first.ok and second.connect_ms != second.connect_ms  # the second reused the connection
+    assert second.error_kind == "connection_error" and second.resent == 0
+    assert second.status_code == 200 and "mid-stream" in second.error_message
+    assert (len(log["requests"]), log["connections"]) == (2, 1)
+
+
+@pytest.mark.parametrize(("end_delay_s", "connections"), [(0.1, 1), (1.0, 2)])
+def test_end_of_message_after_done_is_awaited_briefly_for_keep_alive(scripted_server, shared_reader, end_delay_s,
+                                                                      connections):  # fmt: skip
+    # [DONE], then the chunked message's end 0.1 s later (awaited: the connection is reused) or
+    # 1 s later (past the 0.5 s grace: the connection is closed); E2E stops at [DONE] either way
+    script = sse_script(STREAM, keep_alive=True, end=False)
+    script["writes"].append([end_delay_s, "0\r\n\r\n"])
+    url, process = scripted_server(script)
+    user, _, _ = make_user(url, shared_reader=shared_reader)
+
+    records = [user.send("hi") for _ in range(2)]
+    stop(process)
+    log = server_log(process)
+
+    assert all(r.ok for r in records), [r.error_message for r in records]
+    done_index = len(STREAM)  # write 0 is the headers; the log keeps the last request's stamps
+    last = records[-1]
+    assert last.e2e_ms == pytest.approx((log["sent"][done_index] - last.t_start_s) * 1000, abs=STAMP_TOLERANCE_MS)
+    assert log["connections"] == connections == user.pool.opened

@@ -38,10 +38,7 @@ def llamacpp_ladder_run(tmp_path_factory):
             [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--model", "slow-llama",
              "--workers", "2", "--run-dir", str(run_dir), "--no-analyze", "--timeout-s", "400",
              "--ladder", ",".join(map(str, LADDER)), "--dwell-s", "20", "--warmup-s", "5",
-             "--max-tokens", "64", "--ignore-eos", "true", "--server-log", str(log),
-             # llama-server closes a kept-alive connection after some requests and the next
-             # request on it fails to write (fixture README): one connection per request
-             "--keep-alive", "false"],
+             "--max-tokens", "64", "--ignore-eos", "true", "--server-log", str(log)],
             capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         assert completed.returncode in (0, 1), completed.stdout + completed.stderr

@@ -11,12 +11,11 @@ import socket
 import pytest
 
 from llm_locust.clientreport import ClientReport
-from tests.conftest import server_log, stop
+from tests.conftest import STAMP_TOLERANCE_MS, server_log, stop
 from tests.locust_env import make_user
 from tests.scripted_server import sse_script
 from tests.sse_payloads import DONE, chat, sse
 
-STAMP_TOLERANCE_MS = 5.0
 ROLE, A, B = sse(chat(role=True)), sse(chat("a")), sse(chat("b"))
 
 
@@ -71,9 +70,9 @@ CASES = [
 
 @pytest.mark.parametrize(("case", "script", "args", "kind", "status", "message", "tokens", "at"), CASES,
                          ids=[c[0] for c in CASES])  # fmt: skip
-def test_failure_kinds(scripted_server, case, script, args, kind, status, message, tokens, at):
+def test_failure_kinds(scripted_server, shared_reader, case, script, args, kind, status, message, tokens, at):
     url, process = scripted_server(script)
-    user, environment, fired = make_user(url, *args)
+    user, environment, fired = make_user(url, *args, shared_reader=shared_reader)
 
     record = user.send("hi")
     stop(process)
@@ -113,10 +112,10 @@ ONE_TOKEN = [(0.05, A), (2.0, B)]  # headers at once, the first token 50 ms late
     ("stall, no TTFT timeout", ONE_TOKEN, ["--ttft-timeout-s", "0", "--stall-timeout-s", "0.2"], "stall_timeout", 1, 200),
     ("total after the first token", ONE_TOKEN, ["--total-timeout-s", "0.3"], "total_timeout", None, 300),
 ])  # fmt: skip
-def test_timeouts_fire_on_time(scripted_server, case, events, args, kind, after_write, expected_ms):
+def test_timeouts_fire_on_time(scripted_server, shared_reader, case, events, args, kind, after_write, expected_ms):
     """Measured from the send, or (stall) from the server's send stamp of the last event."""
     url, process = scripted_server(sse_script(events))
-    user, _, _ = make_user(url, *args)
+    user, _, _ = make_user(url, *args, shared_reader=shared_reader)
 
     record = user.send("hi")
     stop(process)

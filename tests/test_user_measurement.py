@@ -15,12 +15,10 @@ import math
 import pytest
 
 from analysis.itl import chunk_gaps_ms, request_itl
-from tests.conftest import fixture_path, server_log, stop
+from tests.conftest import STAMP_TOLERANCE_MS, fixture_path, server_log, stop
 from tests.locust_env import make_user
 from tests.scripted_server import sse_script
 from tests.sse_payloads import DONE, chat, sse, usage_chunk
-
-STAMP_TOLERANCE_MS = 5.0
 
 
 def stamps_ms(record, log: dict, write_index: int) -> float:
@@ -71,10 +69,11 @@ FRAMING_CASES = [
 
 @pytest.mark.parametrize(("case", "events", "first", "last", "content_events"), FRAMING_CASES,
                          ids=[c[0] for c in FRAMING_CASES])  # fmt: skip
-def test_stream_framing_cases_measure_the_same(scripted_server, case, events, first, last, content_events):
+def test_stream_framing_cases_measure_the_same(scripted_server, shared_reader, case, events, first, last,
+                                               content_events):  # fmt: skip
     framing = {"close-delimited body": "close", "content-length body": "length"}.get(case, "chunked")
     url, process = scripted_server(sse_script(events, framing=framing))
-    user, _, fired = make_user(url)
+    user, _, fired = make_user(url, shared_reader=shared_reader)
 
     record = user.send("hi")
     stop(process)
@@ -88,11 +87,11 @@ def test_stream_framing_cases_measure_the_same(scripted_server, case, events, fi
     assert len(fired) == 1 and fired[0]["exception"] is None and fired[0]["response_time"] == record.e2e_ms
 
 
-def test_ttft_on_first_content_and_timing_of_every_token(scripted_server):
+def test_ttft_on_first_content_and_timing_of_every_token(scripted_server, shared_reader):
     # role chunk 100 ms after the headers, first content 300 ms later, then 2 tokens 50 and 80 ms apart
     events = [(0.1, ROLE), (0.3, A), (0.05, B), (0.08, LAST), (0.0, USAGE3), (0.0, DONE)]
     url, process = scripted_server(sse_script(events))
-    user, _, fired = make_user(url)
+    user, _, fired = make_user(url, shared_reader=shared_reader)
 
     record = user.send("hi")
     stop(process)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from llm_locust.sse import is_done
 
@@ -45,9 +45,11 @@ class Workload:
     continuous_usage: bool = False
 
 
-@dataclass(slots=True, kw_only=True)
-class StreamEvent:
-    """What one SSE event carried, protocol-independent.
+class StreamEvent(NamedTuple):
+    """What one SSE event carried, protocol-independent (immutable).
+
+    Built once per SSE event, so it is a named tuple: built positionally with ``tuple.__new__``
+    (as the chat adapter does for a token chunk) it costs a fifth of a keyword-built dataclass.
 
     Attributes
     ----------

@@ -47,6 +47,9 @@ def openai_max_tokens(body: dict) -> int | None:
     return int(value) if isinstance(value, (int, float)) else None
 
 
+_new_tuple = tuple.__new__
+
+
 class OpenAIChatAdapter:
     """Adapter for OpenAI-compatible chat completions streams.
 
@@ -85,11 +88,11 @@ class OpenAIChatAdapter:
             delta = choice.get("delta")
             if delta is not None and len(delta) == 1 and "error" not in payload:
                 content = delta.get("content")
-                if content is not None:
-                    return StreamEvent(
-                        text=content, answer=content != "", usage=payload.get("usage"),
-                        finish_reason=choice.get("finish_reason") or None, response_id=payload.get("id"),
-                    )  # fmt: skip
+                if content.__class__ is str:  # token_event(), inlined: this runs once per token
+                    return _new_tuple(StreamEvent, (
+                        content, content != "", None, payload.get("usage"), choice.get("finish_reason") or None,
+                        None, False, payload.get("id"),
+                    ))  # fmt: skip
         error = payload.get("error")
         if error:
             return StreamEvent(error=error_text(error))
