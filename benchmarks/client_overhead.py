@@ -2,7 +2,7 @@
 late it stamps the first token, and how much memory an open stream costs — next to a bare
 socket reader measured in the same run. The ratio is the figure.
 
-    .venv/bin/python benchmarks/client_overhead.py            # about 100 s on 2 cores
+    .venv/bin/python benchmarks/client_overhead.py            # about 3 minutes on 2 cores
 
 What runs (every process started here is stopped here, by PID; traffic only to 127.0.0.1):
 
@@ -21,9 +21,10 @@ Streams open evenly over the first 3 s (Locust's spawn rate; the bare reader lik
 closed loops of equal-length requests do not all restart in the same instant. Two phases, each
 client in turn: *capacity* (``--rate`` tokens/s per stream, several events per
 write: how many events a core can take) and *latency* (``--latency-rate``, one event per write,
-well below saturation: how late the first token is stamped). Figures, over a steady window after
-the ramp: token events/s received per CPU-second of the
-client process (worker or bare reader: its ``psutil`` CPU time over the window); TTFT error =
+well below saturation: how late the first token is stamped). The capacity phase runs ``--rounds``
+times, the two clients back to back in alternating order, and its medians are the result: on a
+shared virtual machine one run moves by ±10 % or more. Figures, over a steady window after the
+ramp: token events/s received per CPU-second of the client process (worker or bare reader: its ``psutil`` CPU time over the window); TTFT error =
 client's first-token stamp - server's send stamp (p50, p99, joined on the response id); RSS per
 open stream (RSS during the window minus RSS before the streams opened, / streams). Also, on
 the same machine and the same bytes: SSE framing cost of sseclient-py vs ``llm_locust.sse`` and
@@ -367,6 +368,12 @@ def run_bare(args, work: Path) -> dict:
             "ttft_err_p50_ms": p50, "ttft_err_p99_ms": p99, "rss_per_stream_kb": result["rss_per_stream"] / 1024}  # fmt: skip
 
 
+def _median(values: list[float]) -> float:
+    import statistics
+
+    return statistics.median(values)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -421,6 +428,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256, help="tokens per request")
     parser.add_argument("--ramp-s", type=float, default=4.0)
     parser.add_argument("--window-s", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=3, help="capacity rounds (medians are reported)")
     parser.add_argument("--client-core", type=int, default=1, help="core the client process is pinned to")
     parser.add_argument("--server-core", type=int, default=0, help="core the server (and master) are pinned to")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -444,27 +452,43 @@ def main() -> None:
     for name, phase in phases.items():
         print(f"  {name} phase: {phase.rate:g} tokens/s per stream in writes every {phase.tick_ms:g} ms = "
               f"{args.streams * phase.rate:,.0f} token events/s offered")  # fmt: skip
+    print(f"  capacity: {args.rounds} rounds, llm-locust and the bare reader back to back (order alternating), "
+          "medians reported; latency: one round each")  # fmt: skip
     costs = decoder_costs()
-    results = {}
+    rounds: list[tuple[dict, dict]] = []
     with tempfile.TemporaryDirectory(prefix="llm-locust-bench-") as tmp:
-        for name, phase in phases.items():
-            results[name] = (run_llm_locust(phase, Path(tmp) / f"{name}-ours"), run_bare(phase, Path(tmp) / f"{name}-bare"))
+        for i in range(args.rounds):
+            work = Path(tmp) / f"capacity-{i}"
+            if i % 2:
+                bare_result = run_bare(phases["capacity"], work / "bare")
+                ours = run_llm_locust(phases["capacity"], work / "ours")
+            else:
+                ours = run_llm_locust(phases["capacity"], work / "ours")
+                bare_result = run_bare(phases["capacity"], work / "bare")
+            rounds.append((ours, bare_result))
+        latency = (run_llm_locust(phases["latency"], Path(tmp) / "latency-ours"),
+                   run_bare(phases["latency"], Path(tmp) / "latency-bare"))  # fmt: skip
     print()
-    print(f"{'phase':<10}{'client':<31}{'events/s':>10}{'CPU':>6}{'events/s/core':>15}{'TTFT err p50':>14}{'p99 ms':>8}"
-          f"{'KB/stream':>11}")  # fmt: skip
-    for name, (ours, bare_result) in results.items():
+    header = (f"{'phase':<14}{'client':<27}{'events/s':>10}{'CPU':>6}{'events/s/core':>15}{'TTFT err p50':>14}"
+              f"{'p99 ms':>8}{'KB/stream':>11}")  # fmt: skip
+    print(header)
+    rows = [(f"capacity {i + 1}", pair) for i, pair in enumerate(rounds)] + [("latency", latency)]
+    for name, (ours, bare_result) in rows:
         for label, r in (("llm-locust worker (full)", ours), ("bare socket reader", bare_result)):
-            print(f"{name:<10}{label:<31}{r['events_per_s']:>10,.0f}{r['cpu']:>6.2f}{r['events_per_cpu_s']:>15,.0f}"
+            print(f"{name:<14}{label:<27}{r['events_per_s']:>10,.0f}{r['cpu']:>6.2f}{r['events_per_cpu_s']:>15,.0f}"
                   f"{r['ttft_err_p50_ms']:>14.2f}{r['ttft_err_p99_ms']:>8.2f}{r['rss_per_stream_kb']:>11.1f}")  # fmt: skip
-    ours, bare_result = results["capacity"]
-    latency = results["latency"][0]
-    ratio = ours["events_per_cpu_s"] / bare_result["events_per_cpu_s"]
-    failed = sum(r[0]["failed"] for r in results.values())
-    print(f"ratio llm-locust / bare socket reader, token events per core: {ratio:.2f}; llm-locust failed requests: {failed}")
-    print(f"target, >= 200k token events/s per worker core: {ours['events_per_cpu_s']:,.0f} "
-          f"({'met' if ours['events_per_cpu_s'] >= 200_000 else 'not met'}); TTFT error p50 <= 2 ms, p99 <= 10 ms "
-          f"at {args.streams} streams: {latency['ttft_err_p50_ms']:.2f} / {latency['ttft_err_p99_ms']:.2f} ms "
-          f"({'met' if latency['ttft_err_p50_ms'] <= 2 and latency['ttft_err_p99_ms'] <= 10 else 'not met'})")  # fmt: skip
+    ours_rate = _median([r[0]["events_per_cpu_s"] for r in rounds])
+    bare_rate = _median([r[1]["events_per_cpu_s"] for r in rounds])
+    ratio = _median([r[0]["events_per_cpu_s"] / r[1]["events_per_cpu_s"] for r in rounds])
+    failed = sum(r[0]["failed"] for r in rounds) + latency[0]["failed"]
+    latency_ours = latency[0]
+    print(f"capacity medians over {args.rounds} rounds, token events/s per core: llm-locust {ours_rate:,.0f}, "
+          f"bare socket reader {bare_rate:,.0f}; median ratio llm-locust / bare {ratio:.2f}")  # fmt: skip
+    print(f"llm-locust failed requests: {failed}")
+    print(f"target, >= 200k token events/s per worker core: {ours_rate:,.0f} "
+          f"({'met' if ours_rate >= 200_000 else 'not met'}); TTFT error p50 <= 2 ms, p99 <= 10 ms "
+          f"at {args.streams} streams: {latency_ours['ttft_err_p50_ms']:.2f} / {latency_ours['ttft_err_p99_ms']:.2f} ms "
+          f"({'met' if latency_ours['ttft_err_p50_ms'] <= 2 and latency_ours['ttft_err_p99_ms'] <= 10 else 'not met'})")  # fmt: skip
     print()
     print(f"decoder choice, µs per event on the same bytes: framing sseclient-py {costs['sseclient_us']:.2f} vs "
           f"llm_locust.sse {costs['sse_us']:.2f}; stdlib json.loads per event {costs['json_per_event_us']:.2f}, one "
