@@ -311,6 +311,41 @@ def _to_float(frame: pd.DataFrame, column: str, path: Path) -> pd.Series:
     return values
 
 
+MAX_REQUEST_MS = 7 * 24 * 3600 * 1000.0
+"""Longest interval a request can have, ms (a week): anything longer is a corrupt value."""
+
+PLAUSIBLE_RANGES: dict[str, tuple[float, float]] = {
+    **{column: (0.0, MAX_REQUEST_MS) for column in (
+        "headers_ms", "ttft_ms", "e2e_ms", "first_answer_ms", "conn_wait_ms", "connect_ms")},
+    **{column: (0.0, math.inf) for column in (
+        "prompt_tokens", "output_tokens", "content_events", "sse_events", "max_tokens")},
+    "t_start_s": (0.0, math.inf),
+}
+"""Closed ranges a ``requests.csv`` column's values must fall in (NaN, "not measured", is allowed;
+infinities never are). A value outside is a corrupt file, not data: loading stops with its row."""
+
+
+def _check_plausible(out: pd.DataFrame, path: Path) -> None:
+    """Raise :class:`RunDirError` for values no measurement can produce (see :data:`PLAUSIBLE_RANGES`,
+    and a TTFT after the request's end)."""
+    for column, (low, high) in PLAUSIBLE_RANGES.items():
+        values = out[column]
+        bad = values.notna() & ~((values >= low) & (values <= high))
+        if bad.any():
+            first = int(bad.to_numpy().nonzero()[0][0])
+            raise RunDirError(
+                f"{path}: column {column!r} holds {int(bad.sum())} value(s) outside [{low:g}, {high:g}], "
+                f"first {float(values.iloc[first])!r} on data row {first + 1}"
+            )
+    late = (out["ttft_ms"] > out["e2e_ms"] + 1e-6).to_numpy()
+    if late.any():
+        first = int(late.nonzero()[0][0])
+        raise RunDirError(
+            f"{path}: {int(late.sum())} row(s) with ttft_ms after e2e_ms, first on data row {first + 1} "
+            f"(ttft_ms {float(out['ttft_ms'].iloc[first])!r}, e2e_ms {float(out['e2e_ms'].iloc[first])!r})"
+        )
+
+
 def _read_requests(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise RunDirError(f"{path}: missing (every run directory needs requests.csv)")
@@ -334,6 +369,7 @@ def _read_requests(path: Path) -> pd.DataFrame:
     if out["t_start_s"].isna().any():
         empty = int(out["t_start_s"].isna().sum())
         raise RunDirError(f"{path}: t_start_s is empty on {empty} row(s)")
+    _check_plausible(out, path)
     return out.reset_index(drop=True)
 
 

@@ -186,3 +186,25 @@ def test_non_utf8_run_json(tmp_path):
     (run_dir / "run.json").write_bytes(b'{"model": "\xc3"}')
     with pytest.raises(RunDirError, match=r"run.json: not UTF-8 text: byte 0xc3 at byte offset 11"):
         load_run(run_dir)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"e2e_ms": -5.0}, r"'e2e_ms'.*outside \[0, 6.048e\+08\].*-5.0 on data row 2"),
+    ({"e2e_ms": 1e12}, r"'e2e_ms'.*1000000000000.0 on data row 2"),
+    ({"output_tokens": -3}, r"'output_tokens'.*-3.0 on data row 2"),
+    ({"ttft_ms": float("inf")}, r"'ttft_ms'.*inf on data row 2"),
+    ({"t_start_s": -1.0}, r"'t_start_s'.*-1.0"),
+    ({"ttft_ms": 1500.0, "e2e_ms": 1000.0}, r"ttft_ms after e2e_ms, first on data row 2"),
+])  # fmt: skip
+def test_values_no_measurement_can_produce_are_refused_with_their_row(tmp_path, change, message):
+    rows = [make_request(T0), {**make_request(T0 + 1.0), **change}, make_request(T0 + 2.0)]
+    run_dir = write_run_dir(tmp_path / "run", requests=rows, steps=[(1, T0, T0 + 10.0)])
+    with pytest.raises(RunDirError, match=message):
+        load_run(run_dir)
+
+
+def test_a_failure_without_ttft_and_a_zero_token_success_load(tmp_path):
+    rows = [make_request(T0, ttft_ms=float("nan"), output_tokens=0, error_kind="http_5xx"),
+            make_request(T0 + 1.0, output_tokens=0)]  # fmt: skip
+    run = load_run(write_run_dir(tmp_path / "run", requests=rows, steps=[(1, T0, T0 + 10.0)]))
+    assert len(run.requests) == 2 and run.requests["ttft_ms"].isna().tolist() == [True, False]
