@@ -357,6 +357,23 @@ def critical_line(critical: CriticalConcurrency) -> str:
     return f"Critical concurrency: {critical.text}"
 
 
+def shape_text(shape: dict, warmup_s: float) -> str:
+    """How the load was shaped, in words, from run.json's ``shape`` object.
+
+    >>> shape_text({"kind": "ladder", "ladder": [1, 2, 4], "dwell_s": 30.0}, 10.0)
+    'shape `ladder` 1, 2, 4 users, each step held 30 s (the first 10 s warm-up)'
+    >>> shape_text({"kind": "none"}, 0.0)
+    'shape `none` (users set by Locust itself, no steps)'
+    """
+    kind = shape.get("kind") or "none"
+    if kind == "ladder":
+        users = ", ".join(str(u) for u in shape.get("ladder") or [s.get("users") for s in shape.get("steps") or []])
+        return f"shape `ladder` {users} users, each step held {shape.get('dwell_s', 0):g} s (the first {warmup_s:g} s warm-up)"
+    if kind == "baseline":
+        return f"shape `baseline` (one stream at a time, {shape.get('requests', '?')} requests)"
+    return f"shape `{kind}` (users set by Locust itself, no steps)"
+
+
 def summary_markdown(result: AnalysisResult) -> str:
     """``summary.md``: run identity, notes, step table, critical concurrency with evidence (or
     why there is none, with the error kinds when every request failed), figures."""
@@ -366,9 +383,7 @@ def summary_markdown(result: AnalysisResult) -> str:
     lines = [
         f"# llm-locust run: {meta.get('model', '?')} at {meta.get('host', '?')}", "",
         f"- Run directory: `{result.run.run_dir}`",
-        f"- Duration: {result.run.ended_at_s - result.run.started_at_s:.1f} s; shape "
-        f"`{shape.get('kind', 'none')}`, warm-up {result.run.warmup_s:g} s per step, "
-        f"dwell {shape.get('dwell_s', '-')} s",
+        f"- Duration: {result.run.ended_at_s - result.run.started_at_s:.1f} s; {shape_text(shape, result.run.warmup_s)}",
         "- Workload: " + ", ".join(f"{k}={v}" for k, v in workload.items()),
         f"- Requests: {len(result.run.requests)}; server metrics: "
         f"{'yes' if len(result.run.server_samples) else 'none scraped'}; server log: "

@@ -45,6 +45,7 @@ def test_analyze_run_writes_report(ladder_dir):
     assert "**Critical concurrency: 4 (throughput stops rising at 8 users)**" in summary
     assert "sim-llama" in summary and "max_tokens=64" in summary
     assert "| step | users |" in summary
+    assert "shape `ladder` 1, 2, 4, 8, 16 users, each step held 20 s (the first 5 s warm-up)" in summary
     for name in ("throughput.png", "latency.png", "timeline.png", "steps.csv"):
         assert f"({name})" in summary
     assert "kneed cross-check" in summary
