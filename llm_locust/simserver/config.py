@@ -13,6 +13,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from llm_locust.simserver.engine import BatchEngine
+
+ENGINE_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(BatchEngine) if f.init}
+"""The scheduler parameters and their defaults, as :class:`BatchEngine` declares them (one place)."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:
@@ -60,14 +65,14 @@ class SimConfig:
     port: int = 8000
     model_name: str = "sim-llama"
     max_model_len: int = 2048
-    max_num_seqs: int = 8
-    max_num_batched_tokens: int = 8192
-    decode_base_ms: float = 20.0
-    decode_per_seq_ms: float = 1.0
-    prefill_ms_per_token: float = 0.1
-    kv_capacity_tokens: int = 65536
-    max_queue: int = 0
-    slowdown: float = 1.0
+    max_num_seqs: int = ENGINE_DEFAULTS["max_num_seqs"]
+    max_num_batched_tokens: int = ENGINE_DEFAULTS["max_num_batched_tokens"]
+    decode_base_ms: float = ENGINE_DEFAULTS["decode_base_ms"]
+    decode_per_seq_ms: float = ENGINE_DEFAULTS["decode_per_seq_ms"]
+    prefill_ms_per_token: float = ENGINE_DEFAULTS["prefill_ms_per_token"]
+    kv_capacity_tokens: int = ENGINE_DEFAULTS["kv_capacity_tokens"]
+    max_queue: int = ENGINE_DEFAULTS["max_queue"]
+    slowdown: float = ENGINE_DEFAULTS["slowdown"]
     seed: int = 0
     log_stats_interval_s: float = 2.0
     stats_log: str | None = None

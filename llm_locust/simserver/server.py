@@ -26,7 +26,7 @@ import time
 from aiohttp import web
 
 from llm_locust.simserver.app import SimServerApp
-from llm_locust.simserver.config import SimConfig
+from llm_locust.simserver.config import ENGINE_DEFAULTS, SimConfig
 from llm_locust.simserver.driver import EngineDriver
 from llm_locust.simserver.engine import BatchEngine
 from llm_locust.simserver.flavors import make_flavor
@@ -39,13 +39,7 @@ SHUTDOWN_TIMEOUT_S = 0.5
 
 def make_engine(config: SimConfig) -> BatchEngine:
     """A :class:`BatchEngine` with ``config``'s scheduler parameters."""
-    return BatchEngine(
-        max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
-        decode_base_ms=config.decode_base_ms, decode_per_seq_ms=config.decode_per_seq_ms,
-        prefill_ms_per_token=config.prefill_ms_per_token,
-        kv_capacity_tokens=config.kv_capacity_tokens, max_queue=config.max_queue,
-        slowdown=config.slowdown,
-    )
+    return BatchEngine(**{name: getattr(config, name) for name in ENGINE_DEFAULTS})
 
 
 class BindError(OSError):
