@@ -112,7 +112,7 @@ def fill_record(
         record.token_times_us = " ".join(token_us)
     if not math.isnan(exchange.first_answer_t):
         record.first_answer_ms = (exchange.first_answer_t - t0) * 1000.0
-    if usage and usage.get("prompt_tokens") is not None:
+    if usage and usage.get("prompt_tokens") is not None:  # checked: a whole number (stream.checked_usage)
         record.prompt_tokens = float(usage["prompt_tokens"])
 
     total = _completion_tokens(usage)

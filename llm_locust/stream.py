@@ -48,6 +48,10 @@ from llm_locust.watchdog import Deadline, Expired, Watchdog
 
 ERROR_BODY_BYTES = 65536
 """Most bytes of a non-200 body kept for its error message."""
+RESEND_WINDOW_S = 0.25
+"""A kept-alive connection that closes unanswered within this long of the request's write is
+re-sent once: the server's close crossed the request (it arrives within a network round trip).
+A later close means the server held the request, and is a ``connection_error``."""
 AFTER_DONE_GRACE_S = 0.5
 """After ``[DONE]``, how long the end of the HTTP message is awaited (so the connection can be
 kept alive); past it the connection is closed. E2E is stamped at ``[DONE]`` either way."""
@@ -258,12 +262,16 @@ def run_exchange(
     reusable = False
     try:
         sock, reused = _open(pool, request, clock, out)
+        sent_t = time.perf_counter()
         raw = raw_socket(sock)
         try:
             parser = _read_headers(sock, raw, out)
-        except _Unanswered:
+        except _Unanswered as exc:
+            held_s = time.perf_counter() - sent_t
             if not reused:
                 raise
+            if held_s > RESEND_WINDOW_S:  # the server held the request, then dropped it
+                raise ConnectionError(f"{exc}, {held_s:.2f} s after the request on a kept-alive connection") from None
             # a kept-alive connection the server closed as the request went out (its FIN or RST
             # was still on the way when the pool checked it): the request was not answered, and
             # is sent once more on a new connection, as browsers and HTTP libraries do
@@ -340,6 +348,8 @@ def _failure_of(exc: BaseException) -> tuple | None:
         if "ncomplete" in str(exc) or "closed" in str(exc):
             return (ErrorKind.CONNECTION_ERROR, f"connection closed mid-stream (HTTP: {exc})", now)
         return (ErrorKind.BAD_RESPONSE, f"HTTP: {exc}", now)
+    if isinstance(exc, _Unanswered) or (isinstance(exc, ConnectionError) and exc.__class__ is ConnectionError):
+        return (ErrorKind.CONNECTION_ERROR, str(exc), now)  # our own messages
     if isinstance(exc, OSError):  # resets, refused writes, closed mid-message
         return (ErrorKind.CONNECTION_ERROR, repr(exc), now)
     return None
@@ -356,6 +366,34 @@ def _read_error_body(sock, parser: HTTPResponse, out: Exchange) -> bool:
     out.body_head = bytes(body[:ERROR_BODY_BYTES])
     out.end_t = time.perf_counter()
     return parser.message_complete and parser.should_keep_alive()
+
+
+MAX_TOKEN_COUNT = 2**31 - 1
+"""Largest token count a usage object may state."""
+
+
+def checked_usage(usage) -> int | None:
+    """``usage.completion_tokens`` of a usage object, after checking its counts.
+
+    >>> checked_usage({"prompt_tokens": 7, "completion_tokens": 3})
+    3
+    >>> checked_usage({"prompt_tokens": 7}) is None
+    True
+
+    Raises
+    ------
+    ValueError
+        ``usage`` is not a JSON object, or ``prompt_tokens``/``completion_tokens`` is present but
+        not a whole number from 0 to :data:`MAX_TOKEN_COUNT` (a server bug: recorded as
+        ``bad_response``, never as a count).
+    """
+    if usage.__class__ is not dict:
+        raise ValueError(f"usage is not a JSON object: {usage!r:.60}")
+    for key in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(key)
+        if value is not None and (value.__class__ is not int or not 0 <= value <= MAX_TOKEN_COUNT):
+            raise ValueError(f"usage.{key} is not a token count: {value!r:.60}")
+    return usage.get("completion_tokens")
 
 
 class _EventStream:
@@ -504,16 +542,17 @@ class _EventStream:
                     continue  # "data:" keep-alive
                 failure = (ErrorKind.BAD_RESPONSE, f"unparseable event {data[:80]!r}: {exc}", t)
                 break
-            try:
+            try:  # the adapter reads what the server sent: any error of it is the payload's
                 text, answer, tokens, usage, finish_reason, error, _, response_id = interpret(payload)
-            except (ValueError, AttributeError, TypeError) as exc:
-                failure = (ErrorKind.BAD_RESPONSE, f"unparseable event {data[:80]!r}: {exc}", t)
+                if text.__class__ is not str:
+                    raise ValueError(f"generated text is not a string: {text!r:.40}")
+                if usage is not None:
+                    out.usage, usage = usage, checked_usage(usage)
+            except Exception as exc:
+                failure = (ErrorKind.BAD_RESPONSE, f"unparseable event {data[:80]!r}: {type(exc).__name__}: {exc}", t)
                 break
             # bookkeeping as events come (not in one burst at the end of the stream),
             # into lists of atoms the garbage collector never has to walk
-            if usage is not None:
-                out.usage = usage
-                usage = usage.get("completion_tokens")
             if finish_reason:
                 out.finish_reason = finish_reason
             if need_id and response_id:

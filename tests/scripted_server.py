@@ -14,7 +14,8 @@ server then reads the next request on the same connection and replays the script
 otherwise it closes the connection after the last write. With ``tls`` it serves https. With
 ``"answers_per_connection": n`` it answers n requests on a connection, then reads the next one and
 closes the connection without a byte of response (``"unanswered": "reset"`` aborts it with a RST
-instead), as a server does when it closes a kept-alive connection just as a client reuses it.
+instead; ``"unanswered_after_s"`` holds the request that long first), as a server does when it
+closes a kept-alive connection just as a client reuses it.
 ``"later_writes"`` replaces ``writes`` for the second and later requests on a connection.
 
 On stderr it records ``CONN <n>`` for each accepted connection, ``REQ <request line>`` and
@@ -126,6 +127,7 @@ def _serve(conn: socket.socket, script: dict, lock: threading.Lock) -> None:
                 print(f"BODY {body.hex()}", file=sys.stderr, flush=True)
             if answers is not None:
                 if answers == 0:
+                    time.sleep(script.get("unanswered_after_s", 0.0))
                     if script.get("unanswered") == "reset":
                         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     return

@@ -155,7 +155,7 @@ def test_new_connection_closed_unanswered_is_a_connection_error_not_resent(scrip
     log = server_log(process)
 
     assert record.error_kind == "connection_error" and record.resent == 0
-    assert "before the response headers" in record.error_message
+    assert record.error_message == "connection closed before the response headers (no byte of the response)"
     assert len(log["requests"]) == 1 and log["connections"] == 1
 
 
@@ -195,3 +195,22 @@ def test_end_of_message_after_done_is_awaited_briefly_for_keep_alive(scripted_se
     last = records[-1]
     assert last.e2e_ms == pytest.approx((log["sent"][done_index] - last.t_start_s) * 1000, abs=STAMP_TOLERANCE_MS)
     assert log["connections"] == connections == user.pool.opened
+
+
+def test_kept_alive_connection_held_then_closed_unanswered_is_a_connection_error(scripted_server):
+    # the server holds the request 0.5 s (it took it), then closes without a byte: not a close
+    # that crossed the request, so not re-sent (the server would run it twice)
+    script = {**sse_script(STREAM, keep_alive=True), "answers_per_connection": 1, "unanswered_after_s": 0.5}
+    url, process = scripted_server(script)
+    user, _, _ = make_user(url)
+
+    first, second = user.send("hi"), user.send("hi")
+    stop(process)
+    log = server_log(process)
+
+    assert first.ok
+    assert second.error_kind == "connection_error" and second.resent == 0
+    assert second.error_message.startswith("connection closed before the response headers")
+    assert "s after the request on a kept-alive connection" in second.error_message
+    assert second.e2e_ms == pytest.approx(500, abs=50)
+    assert (len(log["requests"]), log["connections"]) == (2, 1)

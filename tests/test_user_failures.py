@@ -14,7 +14,7 @@ from llm_locust.clientreport import ClientReport
 from tests.conftest import STAMP_TOLERANCE_MS, server_log, stop
 from tests.locust_env import make_user
 from tests.scripted_server import sse_script
-from tests.sse_payloads import DONE, chat, sse
+from tests.sse_payloads import DONE, chat, sse, usage_chunk
 
 ROLE, A, B = sse(chat(role=True)), sse(chat("a")), sse(chat("b"))
 
@@ -51,6 +51,25 @@ CASES = [
      [], "truncated", 200, "without [DONE]", 1, None),
     ("unparseable payload", sse_script([(0.02, A), (0.02, "data: {not json\n\n"), (0.0, DONE)]),
      [], "bad_response", 200, "unparseable event", 1, 2),
+    # valid JSON that is not the protocol's: the payload's fault, never a crash nor a count
+    ("choices not a list", sse_script([(0.02, A), (0.02, 'data: {"choices": {"0": 1}}\n\n'), (0.0, DONE)]),
+     [], "bad_response", 200, "KeyError", 1, 2),
+    ("usage not an object", sse_script([(0.02, A), (0.02, sse({"choices": [], "usage": 5})), (0.0, DONE)]),
+     [], "bad_response", 200, "usage is not a JSON object: 5", 1, 2),
+    ("negative completion_tokens", sse_script([(0.02, A), (0.02, sse(usage_chunk(3, -3))), (0.0, DONE)]),
+     [], "bad_response", 200, "usage.completion_tokens is not a token count: -3", 1, 2),
+    ("completion_tokens 1e300", sse_script([(0.02, A), (0.02, 'data: {"choices": [], "usage": '
+                                            '{"completion_tokens": 1e300}}\n\n'), (0.0, DONE)]),
+     [], "bad_response", 200, "usage.completion_tokens is not a token count: 1e+300", 1, 2),
+    ("prompt_tokens a string", sse_script([(0.02, A), (0.02, sse({"choices": [], "usage": {"prompt_tokens": "x"}})),
+                                           (0.0, DONE)]),
+     [], "bad_response", 200, "usage.prompt_tokens is not a token count: 'x'", 1, 2),
+    ("continuous usage as a string", sse_script([(0.02, sse(chat("a", usage={"completion_tokens": 1}))),
+                                                 (0.02, sse(chat("b", usage={"completion_tokens": "2"}))), (0.0, DONE)]),
+     ["--continuous-usage", "true"], "bad_response", 200, "usage.completion_tokens is not a token count: '2'", 1, 2),
+    ("TGI token text a number", sse_script([(0.02, 'data: {"token": {"id": 1, "text": "a", "special": false}}\n\n'),
+                                            (0.02, 'data: {"token": {"id": 2, "text": 5, "special": false}}\n\n')]),
+     ["--protocol", "tgi"], "bad_response", 200, "generated text is not a string: 5", 1, 2),
     ("200 without SSE", http_error("200 OK", '{"choices": [{"message": {"content": "hi"}}]}'),
      [], "bad_response", 200, "no SSE event", 0, None),
     ("closed mid-stream", sse_script([(0.02, ROLE), (0.02, A)], end=False),
