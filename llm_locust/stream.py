@@ -57,7 +57,6 @@ AFTER_DONE_GRACE_S = 0.5
 kept alive); past it the connection is closed. E2E is stamped at ``[DONE]`` either way."""
 INF = math.inf
 MESSAGE = "message"
-_STALL = ErrorKind.STALL_TIMEOUT
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -177,7 +176,7 @@ class _Clock:
         stall_t = last_event_t + self.stall_s
         d = self.deadline
         if stall_t < self.total_t:
-            if d.kind is not _STALL:
+            if d.kind is not ErrorKind.STALL_TIMEOUT:
                 d.kind, d.message = ErrorKind.STALL_TIMEOUT, f"no event for {self.limits.stall_s:g} s"
             earlier = stall_t < d.at
             d.at = stall_t
@@ -348,8 +347,8 @@ def _failure_of(exc: BaseException) -> tuple | None:
         if "ncomplete" in str(exc) or "closed" in str(exc):
             return (ErrorKind.CONNECTION_ERROR, f"connection closed mid-stream (HTTP: {exc})", now)
         return (ErrorKind.BAD_RESPONSE, f"HTTP: {exc}", now)
-    if isinstance(exc, _Unanswered) or (isinstance(exc, ConnectionError) and exc.__class__ is ConnectionError):
-        return (ErrorKind.CONNECTION_ERROR, str(exc), now)  # our own messages
+    if exc.__class__ in (ConnectionError, _Unanswered):  # raised here, with our own messages
+        return (ErrorKind.CONNECTION_ERROR, str(exc), now)
     if isinstance(exc, OSError):  # resets, refused writes, closed mid-message
         return (ErrorKind.CONNECTION_ERROR, repr(exc), now)
     return None
@@ -473,13 +472,7 @@ class _EventStream:
             self.reusable = parser.should_keep_alive() and not self.decoder.pending_bytes
             return True
         if self.first_token:
-            clock = self.clock
-            stall_t = self.last_event_t + clock.stall_s
-            deadline = clock.deadline
-            if deadline.kind is _STALL and stall_t < clock.total_t:
-                deadline.at = stall_t  # later than it was: the watchdog needs no call
-            else:
-                clock.after_event(self.last_event_t)
+            self.clock.after_event(self.last_event_t)
         return False
 
     def fail(self, exc: OSError) -> None:
