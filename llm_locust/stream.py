@@ -56,7 +56,6 @@ AFTER_DONE_GRACE_S = 0.5
 """After ``[DONE]``, how long the end of the HTTP message is awaited (so the connection can be
 kept alive); past it the connection is closed. E2E is stamped at ``[DONE]`` either way."""
 INF = math.inf
-MESSAGE = "message"
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -441,10 +440,7 @@ class _EventStream:
                 if not data and not parser.message_complete:
                     raise ConnectionError("connection closed mid-stream")
             if self.draining:
-                if parser.message_complete:
-                    self.reusable = parser.should_keep_alive() and not self.decoder.pending_bytes
-                    return True
-                return False
+                return parser.message_complete and self._message_ended()
             if self.body:
                 failure = self._events(t)
                 if failure is not None:
@@ -460,8 +456,7 @@ class _EventStream:
         if out.done:
             self.settle(None)
             if parser.message_complete:
-                self.reusable = parser.should_keep_alive() and not self.decoder.pending_bytes
-                return True
+                return self._message_ended()
             self.draining = True
             deadline = self.clock.deadline
             deadline.at, deadline.kind, deadline.message = time.perf_counter() + AFTER_DONE_GRACE_S, None, "after [DONE]"
@@ -469,11 +464,16 @@ class _EventStream:
             return False
         if parser.message_complete:
             self.settle(None)
-            self.reusable = parser.should_keep_alive() and not self.decoder.pending_bytes
-            return True
+            return self._message_ended()
         if self.first_token:
             self.clock.after_event(self.last_event_t)
         return False
+
+    def _message_ended(self) -> bool:
+        """The HTTP message is complete: reusable when the server keeps it alive and no event is
+        half-read. Returns True (the exchange is over)."""
+        self.reusable = self.parser.should_keep_alive() and not self.decoder.pending_bytes
+        return True
 
     def fail(self, exc: OSError) -> None:
         """Reading the socket raised ``exc`` (a reset): the stream is over."""
@@ -518,7 +518,7 @@ class _EventStream:
         n_events = 0
         failure = None
         for event_type, data in framed:
-            if event_type is not MESSAGE and event_type != MESSAGE:
+            if event_type != "message":
                 if event_type == "error":
                     failure = (ErrorKind.STREAM_ERROR, "event: error " + data.decode("utf-8", "replace"), t)
                     break
