@@ -38,9 +38,11 @@ class Baseline:
     @property
     def text(self) -> str:
         """One line: ``Baseline (N requests, one at a time): median TTFT … ms, …``."""
-        return (f"Baseline ({self.requests} requests, one at a time; {self.failed} failed): median TTFT "
-                f"{self.ttft_ms:.0f} ms, TPOT {self.tpot_ms:.1f} ms, decode rate {self.decode_tps:.1f} tokens/s, "
-                f"E2E {self.e2e_ms:.0f} ms, {self.output_tokens:.0f} output tokens")
+        return (
+            f"Baseline ({self.requests} requests, one at a time; {self.failed} failed): median TTFT "
+            f"{self.ttft_ms:.0f} ms, TPOT {self.tpot_ms:.1f} ms, decode rate {self.decode_tps:.1f} tokens/s, "
+            f"E2E {self.e2e_ms:.0f} ms, {self.output_tokens:.0f} output tokens"
+        )
 
 
 def baseline_medians(requests: pd.DataFrame, n: int | None = None) -> Baseline:

@@ -22,7 +22,6 @@ Definitions, for token events ``i = 0..m`` arriving at ``t_i`` carrying ``n_i`` 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 
 def _numbers(value: object) -> np.ndarray:
@@ -34,8 +33,9 @@ def _numbers(value: object) -> np.ndarray:
     return np.array(value.split(), dtype=float)
 
 
-def request_itl(ttft_ms: float, e2e_ms: float, output_tokens: float, token_times_us: str,
-                event_tokens: str = "") -> tuple[np.ndarray, np.ndarray]:
+def request_itl(
+    ttft_ms: float, e2e_ms: float, output_tokens: float, token_times_us: str, event_tokens: str = ""
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-token ITL values of one request and the tokens each weighs.
 
     Parameters
@@ -63,20 +63,22 @@ def request_itl(ttft_ms: float, e2e_ms: float, output_tokens: float, token_times
     >>> float((v * w).sum() / w.sum()) == (160.0 - 100.0) / (4 - 1)
     True
     """
-    times = _numbers(token_times_us) / 1000.0
-    if len(times) == 0 or not output_tokens >= 2 or np.isnan(e2e_ms):
+    times_us = _numbers(token_times_us)
+    if len(times_us) == 0 or not output_tokens >= 2 or np.isnan(e2e_ms):
         return np.empty(0), np.empty(0)
     counts = _numbers(event_tokens)
-    if len(counts) != len(times):
-        counts = np.full(len(times), (output_tokens - 1.0) / max(len(times) - 1, 1))
-        counts[0] = 1.0 if len(times) > 1 else output_tokens
-    ends = times.copy()
-    ends[-1] = max(e2e_ms, times[-1])
-    if len(times) == 1:
+    if len(counts) != len(times_us):
+        counts = np.full(len(times_us), (output_tokens - 1.0) / max(len(times_us) - 1, 1))
+        counts[0] = 1.0 if len(times_us) > 1 else output_tokens
+    ends_us = times_us.copy()
+    ends_us[-1] = max(e2e_ms * 1000.0, times_us[-1])
+    if len(times_us) == 1:
         weight = counts[0] - 1.0
-        return np.array([(ends[0] - ttft_ms) / weight]), np.array([weight])
-    gaps = np.diff(np.concatenate([[times[0]], ends[1:]]))
-    values = [np.array([0.0]), gaps / np.where(counts[1:] > 0, counts[1:], 1.0)]
+        if not weight > 0:  # one token in all (a count contradicting output_tokens): no gap
+            return np.empty(0), np.empty(0)
+        return np.array([(ends_us[0] - ttft_ms * 1000.0) / 1000.0 / weight]), np.array([weight])
+    gaps_ms = np.diff(np.concatenate([[times_us[0]], ends_us[1:]])) / 1000.0  # differences taken in us
+    values = [np.array([0.0]), gaps_ms / np.where(counts[1:] > 0, counts[1:], 1.0)]
     weights = [np.array([max(counts[0] - 1.0, 0.0)]), counts[1:]]
     values, weights = np.concatenate(values), np.concatenate(weights)
     keep = weights > 0
@@ -107,39 +109,3 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> floa
     cumulative = np.cumsum(weights[order])
     index = int(np.searchsorted(cumulative, q * total, side="left"))
     return float(values[order][min(index, len(order) - 1)])
-
-
-def itl_summary(requests: pd.DataFrame) -> dict[str, float]:
-    """Pooled per-token ITL and inter-chunk latency of the successful requests.
-
-    Parameters
-    ----------
-    requests : pandas.DataFrame
-        ``requests.csv`` rows; rows without ``token_times_us`` (older run directories) are skipped.
-
-    Returns
-    -------
-    dict
-        ``itl_mean_ms`` (token-weighted), ``itl_p50_ms``, ``itl_p95_ms``, ``itl_p99_ms``,
-        ``chunk_gap_p50_ms``, ``chunk_gap_p99_ms``, ``chunk_gap_max_ms``; NaN when nothing applies.
-    """
-    values, weights, gaps = [np.empty(0)], [np.empty(0)], [np.empty(0)]
-    if "token_times_us" in requests.columns:
-        ok = requests[requests["error_kind"].astype(str) == ""]
-        event_tokens = ok["event_tokens"] if "event_tokens" in ok.columns else pd.Series("", index=ok.index)
-        for row in zip(ok["ttft_ms"], ok["e2e_ms"], ok["output_tokens"], ok["token_times_us"], event_tokens):
-            v, w = request_itl(*row)
-            values.append(v)
-            weights.append(w)
-            gaps.append(chunk_gaps_ms(row[3]))
-    v, w, g = np.concatenate(values), np.concatenate(weights), np.concatenate(gaps)
-    nan = float("nan")
-    return {
-        "itl_mean_ms": float((v * w).sum() / w.sum()) if w.sum() > 0 else nan,
-        "itl_p50_ms": weighted_quantile(v, w, 0.50),
-        "itl_p95_ms": weighted_quantile(v, w, 0.95),
-        "itl_p99_ms": weighted_quantile(v, w, 0.99),
-        "chunk_gap_p50_ms": float(np.percentile(g, 50)) if len(g) else nan,
-        "chunk_gap_p99_ms": float(np.percentile(g, 99)) if len(g) else nan,
-        "chunk_gap_max_ms": float(g.max()) if len(g) else nan,
-    }

@@ -63,8 +63,10 @@ def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     """Copy of ``requests`` with derived per-request columns added.
 
     Added columns: ``ok`` (bool, ``error_kind == ""``), ``t_end_s`` (:func:`end_time_s`, Unix s),
-    ``tpot_ms`` (:func:`tpot_ms`, ms) and ``decode_tps`` (``1000 / tpot_ms``, tokens/s per request,
-    larger is better; NaN where TPOT is NaN or not positive).
+    ``tpot_ms`` (:func:`tpot_ms`, ms), ``decode_tps`` (``1000 / tpot_ms``, tokens/s per request,
+    larger is better; NaN where TPOT is NaN or not positive), and the latencies counted from the
+    scheduled send (:func:`from_schedule`: ``send_lag_ms``, ``ttft_from_schedule_ms``,
+    ``e2e_from_schedule_ms``; NaN without ``scheduled_s``).
 
     Parameters
     ----------
@@ -75,16 +77,83 @@ def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     -------
     pandas.DataFrame
     """
-    out = requests.copy()
+    out = requests.copy(deep=False)  # copy-on-write: the new columns never reach ``requests``
     out["ok"] = out["error_kind"].astype(str) == ""
     out["t_end_s"] = end_time_s(requests)
     out["tpot_ms"] = tpot_ms(requests)
-    out["decode_tps"] = 1000.0 / out["tpot_ms"].where(out["tpot_ms"] > 0)
+    out["decode_tps"] = decode_tps(out["tpot_ms"])
+    for column, values in from_schedule(requests).items():
+        out[column] = values
     return out
 
 
-def mean_inflight(t_start_s: pd.Series, t_end_s: pd.Series, window_start_s: float,
-                  window_end_s: float) -> float:
+def from_schedule(requests: pd.DataFrame) -> pd.DataFrame:
+    """Send lag and latencies counted from the scheduled send (request-rate runs), ms.
+
+    ``send_lag_ms = (t_start_s - scheduled_s) * 1000`` (how late the send left: no user was
+    free at its time; smaller is better), ``ttft_from_schedule_ms = send_lag_ms + ttft_ms`` and
+    ``e2e_from_schedule_ms = send_lag_ms + e2e_ms``: what a user of an open system arriving at
+    the scheduled time would see, so a client that falls behind cannot hide the server's
+    slowness in sends it delayed (coordinated omission). NaN where ``scheduled_s`` is NaN or
+    absent (a closed loop: each send waits for the previous request by design).
+
+    Parameters
+    ----------
+    requests : pandas.DataFrame
+        Columns ``t_start_s`` (Unix s), ``ttft_ms``, ``e2e_ms`` (ms) and, optionally,
+        ``scheduled_s`` (Unix s).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``send_lag_ms``, ``ttft_from_schedule_ms``, ``e2e_from_schedule_ms``, float64,
+        same index.
+
+    Examples
+    --------
+    >>> frame = pd.DataFrame({"t_start_s": [10.002, 5.0], "scheduled_s": [10.0, float("nan")],
+    ...                       "ttft_ms": [50.0, 40.0], "e2e_ms": [500.0, 400.0]})
+    >>> from_schedule(frame).round(3).to_dict("list")
+    {'send_lag_ms': [2.0, nan], 'ttft_from_schedule_ms': [52.0, nan], 'e2e_from_schedule_ms': [502.0, nan]}
+    """
+    if "scheduled_s" in requests.columns:
+        scheduled = requests["scheduled_s"].astype("float64")
+    else:
+        scheduled = pd.Series(np.nan, index=requests.index, dtype="float64")
+    lag_ms = (requests["t_start_s"] - scheduled) * 1000.0
+    return pd.DataFrame(
+        {
+            "send_lag_ms": lag_ms,
+            "ttft_from_schedule_ms": lag_ms + requests["ttft_ms"],
+            "e2e_from_schedule_ms": lag_ms + requests["e2e_ms"],
+        },
+        index=requests.index,
+        dtype="float64",
+    )
+
+
+def quantile(values: pd.Series, q: float) -> float:
+    """Quantile ``q`` (linear interpolation) of the non-NaN values; NaN when there are none.
+
+    >>> quantile(pd.Series([1.0, 3.0, float("nan")]), 0.5)
+    2.0
+    """
+    values = values.dropna()
+    return float(values.quantile(q)) if len(values) else float("nan")
+
+
+def decode_tps(tpot: pd.Series) -> pd.Series:
+    """Decode rate of each request, tokens/s per request (larger is better): ``1000 / tpot_ms``.
+
+    NaN where TPOT is NaN or not positive (the rate does not apply).
+
+    >>> decode_tps(pd.Series([10.0, 0.0, float("nan")])).tolist()
+    [100.0, nan, nan]
+    """
+    return (1000.0 / tpot.where(tpot > 0)).astype("float64")
+
+
+def mean_inflight(t_start_s: pd.Series, t_end_s: pd.Series, window_start_s: float, window_end_s: float) -> float:
     """Time-average number of requests in flight over a window (achieved client concurrency).
 
     Exact integration: the integral of the in-flight count over ``[window_start_s,
@@ -111,13 +180,13 @@ def mean_inflight(t_start_s: pd.Series, t_end_s: pd.Series, window_start_s: floa
     length_s = window_end_s - window_start_s
     if not length_s > 0:
         return float("nan")
-    overlap = np.minimum(t_end_s.to_numpy(float), window_end_s) - np.maximum(
-        t_start_s.to_numpy(float), window_start_s)
+    overlap = np.minimum(t_end_s.to_numpy(float), window_end_s) - np.maximum(t_start_s.to_numpy(float), window_start_s)
     return float(np.clip(overlap, 0.0, None).sum() / length_s)
 
 
-def prorated_tokens(t_first_s: pd.Series, t_end_s: pd.Series, tokens: pd.Series,
-                    window_start_s: float, window_end_s: float) -> float:
+def prorated_tokens(
+    t_first_s: pd.Series, t_end_s: pd.Series, tokens: pd.Series, window_start_s: float, window_end_s: float
+) -> float:
     """Output tokens generated inside a window, each request's tokens spread over its decode.
 
     Each request's ``tokens`` are spread uniformly over ``[t_first_s, t_end_s]`` (first token to
@@ -153,8 +222,9 @@ def prorated_tokens(t_first_s: pd.Series, t_end_s: pd.Series, tokens: pd.Series,
     spread = np.isfinite(length) & (length > 0)
     overlap = np.clip(np.minimum(end, window_end_s) - np.maximum(first, window_start_s), 0.0, None)
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(spread, overlap / np.where(spread, length, 1.0),
-                         (end >= window_start_s) & (end < window_end_s))
+        share = np.where(
+            spread, overlap / np.where(spread, length, 1.0), (end >= window_start_s) & (end < window_end_s)
+        )
     return float(np.sum(count * share))
 
 
@@ -181,13 +251,19 @@ def inflight_series(t_start_s: pd.Series, t_end_s: pd.Series) -> pd.DataFrame:
     [1, 2, 1, 0]
     """
     times = np.concatenate([t_start_s.to_numpy(float), t_end_s.to_numpy(float)])
-    deltas = np.concatenate([np.ones(len(t_start_s), int), -np.ones(len(t_end_s), int)])
-    events = pd.DataFrame({"t_s": times, "delta": deltas}).dropna()
-    per_time = events.groupby("t_s", sort=True)["delta"].sum()
-    return pd.DataFrame({
-        "t_s": per_time.index.to_numpy(float),
-        "inflight": per_time.cumsum().to_numpy("int64"),
-    })
+    deltas = np.concatenate([np.ones(len(t_start_s), np.int64), -np.ones(len(t_end_s), np.int64)])
+    known = ~np.isnan(times)
+    times, deltas = times[known], deltas[known]
+    order = np.argsort(times, kind="stable")  # numpy, not a groupby: a million requests in ~100 MB
+    times, deltas = times[order], deltas[order]
+    del order
+    firsts = np.flatnonzero(np.concatenate([[True], times[1:] != times[:-1]])) if len(times) else np.zeros(0, int)
+    return pd.DataFrame(
+        {
+            "t_s": times[firsts],
+            "inflight": np.cumsum(np.add.reduceat(deltas, firsts) if len(firsts) else np.zeros(0, np.int64)),
+        }
+    )
 
 
 MAX_INFLIGHT_BINS = 100_000

@@ -45,14 +45,21 @@ def judge_outcome(requests: pd.DataFrame) -> RunOutcome:
     return RunOutcome.MEASURED
 
 
-def outcome_line(outcome: RunOutcome, n_requests: int) -> str:
-    """One line saying why there is no verdict ("" when measured)."""
+def outcome_line(outcome: RunOutcome, n_requests: int, *, interrupted: int = 0) -> str:
+    """One line saying why there is no verdict ("" when measured); ``interrupted`` of the
+    ``n_requests`` were cut by the test's stop (no failure), and are counted apart."""
     if outcome is RunOutcome.NO_REQUESTS:
-        return ("no requests were recorded: requests.csv has no rows (the load never started, "
-                "or no worker's records reached the master); nothing to judge")
+        return (
+            "no requests were recorded: requests.csv has no rows (the load never started, "
+            "or no worker's records reached the master); nothing to judge"
+        )
     if outcome is RunOutcome.NO_SUCCESS:
-        return (f"no successful request: cannot judge the critical concurrency "
-                f"(all {n_requests} requests failed)")
+        if interrupted:
+            return (
+                f"no successful request: cannot judge the critical concurrency ({n_requests} requests: "
+                f"{n_requests - interrupted} failed, {interrupted} interrupted by the test's stop)"
+            )
+        return f"no successful request: cannot judge the critical concurrency (all {n_requests} requests failed)"
     return ""
 
 
@@ -72,14 +79,13 @@ def error_examples(requests: pd.DataFrame) -> pd.DataFrame:
         earliest-started failure of that kind, cut to :data:`EXAMPLE_CHARS`, with its HTTP
         status when it had one); most frequent kind first, ties by name. Empty without failures.
     """
-    failed = requests[requests["error_kind"].astype(str) != ""].sort_values("t_start_s",
-                                                                             kind="stable")
+    failed = requests[requests["error_kind"].astype(str) != ""].sort_values("t_start_s", kind="stable")
     rows = []
     for kind, group in failed.groupby("error_kind", sort=True):
         first = group.iloc[0]
         message = " ".join(str(first["error_message"]).split())
         if len(message) > EXAMPLE_CHARS:
-            message = message[:EXAMPLE_CHARS - 1] + "…"
+            message = message[: EXAMPLE_CHARS - 1] + "…"
         status = first["status_code"]
         if pd.notna(status) and status > 0 and str(int(status)) not in message:
             message = f"HTTP {int(status)}: {message}" if message else f"HTTP {int(status)}"
@@ -91,5 +97,23 @@ def error_examples(requests: pd.DataFrame) -> pd.DataFrame:
 
 def error_lines(examples: pd.DataFrame) -> list[str]:
     """``<kind>: <count>, e.g. "<message>"`` per row of :func:`error_examples`."""
-    return [f'{kind}: {count}, e.g. "{example}"' for kind, count, example in
-            zip(examples["error_kind"], examples["count"], examples["example"])]
+    return [
+        f'{kind}: {count}, e.g. "{example}"'
+        for kind, count, example in zip(examples["error_kind"], examples["count"], examples["example"])
+    ]
+
+
+def request_counts(requests: pd.DataFrame) -> str:
+    """``"12 (ok 9, failed 2, interrupted 1: cut by the test's stop, not failures)"``: a run's
+    requests by outcome; the interrupted clause only when some were.
+
+    >>> request_counts(pd.DataFrame({"error_kind": ["", "", "http_429", "interrupted"]}))
+    "4 (ok 2, failed 1, interrupted 1: cut by the test's stop, not failures)"
+    >>> request_counts(pd.DataFrame({"error_kind": ["", "http_429"]}))
+    '2 (ok 1, failed 1)'
+    """
+    kinds = requests["error_kind"].astype(str)
+    ok, stopped = int((kinds == "").sum()), int((kinds == "interrupted").sum())
+    failed = len(kinds) - ok - stopped
+    cut = f", interrupted {stopped}: cut by the test's stop, not failures" if stopped else ""
+    return f"{len(kinds)} (ok {ok}, failed {failed}{cut})"

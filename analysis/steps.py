@@ -27,15 +27,38 @@ import numpy as np
 import pandas as pd
 
 from analysis.metrics import mean_inflight, prorated_tokens, with_request_metrics
-from analysis.server import time_average
+from analysis.metrics import quantile as _quantile
+from analysis.rate import RATE_COLUMNS, rate_columns
+from analysis.server.series import time_average
 
 STEP_TABLE_COLUMNS: tuple[str, ...] = (
-    "step", "target_users", "window_start_s", "window_end_s", "window_s", "client_inflight",
-    "server_running", "server_waiting", "kv_usage_ratio", "server_gen_tps", "completed",
-    "output_tps", "output_tps_prorated", "request_rps", "ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "decode_tps_p50",
-    "e2e_p50_ms", "errors", "error_kinds",
+    "step",
+    "target_users",
+    "window_start_s",
+    "window_end_s",
+    "window_s",
+    "client_inflight",
+    "server_running",
+    "server_waiting",
+    "kv_usage_ratio",
+    "server_gen_tps",
+    "server_preemptions_per_s",
+    "conn_wait_ms_mean",
+    "completed",
+    "output_tps",
+    "output_tps_prorated",
+    "request_rps",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "tpot_p50_ms",
+    "decode_tps_p50",
+    "e2e_p50_ms",
+    "errors",
+    "error_kinds",
+    *RATE_COLUMNS,
 )
-"""Columns of :func:`step_table`, in order."""
+"""Columns of :func:`step_table`, in order (the request-rate figures of :mod:`analysis.rate`
+last, NaN in a closed loop)."""
 
 
 def step_windows(steps: pd.DataFrame, warmup_s: float) -> pd.DataFrame:
@@ -54,17 +77,20 @@ def step_windows(steps: pd.DataFrame, warmup_s: float) -> pd.DataFrame:
     pandas.DataFrame
         Columns ``step``, ``target_users``, ``window_start_s = start_s + warmup_s``,
         ``window_end_s = end_s`` and ``window_s = max(0, window_end_s - window_start_s)``
-        (seconds; 0 when the warm-up covers the whole step).
+        (seconds; 0 when the warm-up covers the whole step); a rate run's steps (with
+        ``target_rate_rps``) add ``target_rate_rps`` and ``step_start_s = start_s``.
     """
     out = steps[["step", "target_users"]].copy()
     out["window_start_s"] = steps["start_s"] + warmup_s
     out["window_end_s"] = steps["end_s"]
     out["window_s"] = (out["window_end_s"] - out["window_start_s"]).clip(lower=0.0)
+    if "target_rate_rps" in steps.columns:
+        out["target_rate_rps"] = steps["target_rate_rps"]
+        out["step_start_s"] = steps["start_s"]
     return out.reset_index(drop=True)
 
 
-def step_table(requests: pd.DataFrame, windows: pd.DataFrame,
-               server: pd.DataFrame | None = None) -> pd.DataFrame:
+def step_table(requests: pd.DataFrame, windows: pd.DataFrame, server: pd.DataFrame | None = None) -> pd.DataFrame:
     """Client and server figures of every step over its steady window.
 
     A request *belongs* to the window its completion ``t_end_s = t_start_s + e2e_ms / 1000``
@@ -81,13 +107,18 @@ def step_table(requests: pd.DataFrame, windows: pd.DataFrame,
     - ``ttft_p50_ms``, ``ttft_p95_ms``, ``tpot_p50_ms``, ``decode_tps_p50`` (per-request
       ``1000 / TPOT``, tokens/s), ``e2e_p50_ms``: percentiles (linear interpolation) over the
       successful requests completed in the window; NaN when none.
-    - ``errors``: failed requests completed in the window; ``error_kinds`` the same by kind,
-      e.g. ``"http_429:3 ttft_timeout:1"`` ("" when none).
+    - ``errors``: failed requests completed in the window, without the ``interrupted`` ones
+      (cut by the test's stop: no failure); ``error_kinds`` every unsuccessful one by kind,
+      ``interrupted`` included, e.g. ``"http_429:3 interrupted:1"`` ("" when none).
     - ``client_inflight``: time-average of the number of requests in flight (all requests,
       successful or not), exact integration of their ``[t_start_s, t_end_s]`` intervals.
     - ``server_running``, ``server_waiting`` (requests), ``kv_usage_ratio`` (0-1),
       ``server_gen_tps`` (tokens/s): time-averages of the step-hold server series over the
-      window; NaN when no sample covers it.
+      window; NaN when no sample covers it. ``server_preemptions_per_s`` (1/s) likewise.
+    - ``conn_wait_ms_mean``: mean wait for a free connection before sending (ms) of the
+      requests (successful or failed) completed in the window; NaN when none.
+    - The request-rate figures (offered and achieved rate, send lag, latency from the
+      schedule): :func:`analysis.rate.rate_columns`; NaN in a closed loop.
 
     Parameters
     ----------
@@ -96,7 +127,8 @@ def step_table(requests: pd.DataFrame, windows: pd.DataFrame,
     windows : pandas.DataFrame
         Output of :func:`step_windows`.
     server : pandas.DataFrame, optional
-        Output of :func:`analysis.server.server_series`; absent or empty -> server columns NaN.
+        A normalised server series (:mod:`analysis.server.series`); absent or empty -> server
+        columns NaN.
 
     Returns
     -------
@@ -105,18 +137,23 @@ def step_table(requests: pd.DataFrame, windows: pd.DataFrame,
         ``errors`` are int64, ``error_kinds`` str, the rest float64.
     """
     reqs = with_request_metrics(requests)
-    ok_all = reqs[reqs["ok"]]
-    first_token_s = ok_all["t_start_s"] + ok_all["ttft_ms"] / 1000.0
-    rows = []
-    for window in windows.itertuples(index=False):
+    ok_mask = reqs["ok"].to_numpy(bool)
+    ok_end_s, ok_tokens = reqs["t_end_s"][ok_mask], reqs["output_tokens"][ok_mask]
+    first_token_s = reqs["t_start_s"][ok_mask] + reqs["ttft_ms"][ok_mask] / 1000.0
+    # the columns the windows read: a window's rows are copied with these only
+    used = [c for c in ("t_end_s", "ok", "output_tokens", "ttft_ms", "tpot_ms", "decode_tps", "e2e_ms",
+                        "error_kind", "conn_wait_ms") if c in reqs.columns]  # fmt: skip
+    narrow = reqs[used]
+    server_means = step_server_means(windows, server)
+    rows: list[dict] = []
+    for i, window in enumerate(windows.itertuples(index=False)):
         start_s, end_s = float(window.window_start_s), float(window.window_end_s)
         length_s = max(0.0, end_s - start_s)
-        done = reqs[(reqs["t_end_s"] >= start_s) & (reqs["t_end_s"] < end_s)]
+        done = narrow[(narrow["t_end_s"] >= start_s) & (narrow["t_end_s"] < end_s)]
         ok = done[done["ok"]]
         failed = done[~done["ok"]]
         measured = length_s > 0 and len(done) > 0
-        in_flight = length_s > 0 and bool(((reqs["t_start_s"] < end_s)
-                                            & (reqs["t_end_s"] >= start_s)).any())
+        in_flight = length_s > 0 and bool(((reqs["t_start_s"] < end_s) & (reqs["t_end_s"] >= start_s)).any())
         row = {
             "step": int(window.step),
             "target_users": float(window.target_users),
@@ -124,40 +161,80 @@ def step_table(requests: pd.DataFrame, windows: pd.DataFrame,
             "window_end_s": end_s,
             "window_s": length_s,
             "client_inflight": mean_inflight(reqs["t_start_s"], reqs["t_end_s"], start_s, end_s),
-            **_server_means(server, start_s, end_s),
+            **server_means.iloc[i].to_dict(),
+            "conn_wait_ms_mean": (
+                float(done["conn_wait_ms"].mean()) if len(done) and "conn_wait_ms" in done.columns else np.nan
+            ),
             "completed": len(ok),
             "output_tps": ok["output_tokens"].sum() / length_s if measured else np.nan,
             "output_tps_prorated": prorated_tokens(
-                first_token_s, ok_all["t_end_s"], ok_all["output_tokens"], start_s, end_s,
-            ) / length_s if in_flight else np.nan,
+                first_token_s,
+                ok_end_s,
+                ok_tokens,
+                start_s,
+                end_s,
+            )
+            / length_s
+            if in_flight
+            else np.nan,
             "request_rps": len(ok) / length_s if measured else np.nan,
             "ttft_p50_ms": _quantile(ok["ttft_ms"], 0.50),
             "ttft_p95_ms": _quantile(ok["ttft_ms"], 0.95),
             "tpot_p50_ms": _quantile(ok["tpot_ms"], 0.50),
             "decode_tps_p50": _quantile(ok["decode_tps"], 0.50),
             "e2e_p50_ms": _quantile(ok["e2e_ms"], 0.50),
-            "errors": len(failed),
-            "error_kinds": " ".join(f"{kind}:{n}" for kind, n in
-                                    failed["error_kind"].value_counts().sort_index().items()),
+            "errors": int((failed["error_kind"] != "interrupted").sum()),
+            "error_kinds": " ".join(
+                f"{kind}:{n}" for kind, n in failed["error_kind"].value_counts().sort_index().items()
+            ),
         }
         rows.append(row)
-    table = pd.DataFrame(rows, columns=list(STEP_TABLE_COLUMNS))
+    table = pd.DataFrame(rows, columns=[c for c in STEP_TABLE_COLUMNS if c not in RATE_COLUMNS])
+    rates = rate_columns(reqs, windows)
+    for column in RATE_COLUMNS:
+        table[column] = rates[column].to_numpy("float64")
     non_floats = ("step", "completed", "errors", "error_kinds")
     floats = [c for c in STEP_TABLE_COLUMNS if c not in non_floats]
-    return table.astype({**{c: "float64" for c in floats},
-                         "step": "int64", "completed": "int64", "errors": "int64",
-                         "error_kinds": str})
+    return table.astype(
+        {**{c: "float64" for c in floats}, "step": "int64", "completed": "int64", "errors": "int64", "error_kinds": str}
+    )
 
 
-def _quantile(values: pd.Series, q: float) -> float:
-    values = values.dropna()
-    return float(values.quantile(q)) if len(values) else float("nan")
+MEAN_COLUMNS: dict[str, str] = {
+    "server_running": "running",
+    "server_waiting": "waiting",
+    "kv_usage_ratio": "kv_usage_ratio",
+    "server_gen_tps": "gen_tps",
+    "server_preemptions_per_s": "preemptions_per_s",
+}
+"""Step-table column -> normalised server series column (:mod:`analysis.server.series`)."""
 
 
-def _server_means(server: pd.DataFrame | None, start_s: float, end_s: float) -> dict[str, float]:
-    names = {"server_running": "running", "server_waiting": "waiting",
-             "kv_usage_ratio": "kv_usage_ratio", "server_gen_tps": "gen_tps"}
-    if server is None or server.empty:
-        return {out: float("nan") for out in names}
-    return {out: time_average(server["t_s"], server[col], start_s, end_s)
-            for out, col in names.items()}
+def step_server_means(windows: pd.DataFrame, series: pd.DataFrame | None) -> pd.DataFrame:
+    """Time-average of a server series over each step's steady window.
+
+    Parameters
+    ----------
+    windows : pandas.DataFrame
+        :func:`step_windows` output (``window_start_s``, ``window_end_s``: wall clock, Unix s).
+    series : pandas.DataFrame or None
+        A normalised server series (``t_s`` plus the values of :data:`MEAN_COLUMNS`; a row holds
+        until the next, :func:`analysis.server.series.time_average`); None or empty -> NaN.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per window (same order), columns of :data:`MEAN_COLUMNS`, float64; NaN where no
+        data covers the window.
+    """
+    have = series is not None and len(series) > 0
+    rows = []
+    for window in windows.itertuples(index=False):
+        start, end = float(window.window_start_s), float(window.window_end_s)
+        rows.append(
+            {
+                out: (time_average(series["t_s"], series[col], start, end) if have else np.nan)
+                for out, col in MEAN_COLUMNS.items()
+            }
+        )
+    return pd.DataFrame(rows, columns=list(MEAN_COLUMNS), dtype="float64")

@@ -1,0 +1,77 @@
+"""``llm-locust compare RUN_DIR RUN_DIR [...]``: a thin command over :mod:`analysis.compare`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from analysis.compare.changes import WorkloadMismatch
+from analysis.compare.report import PNG_NAMES, attribution_lines, compare_rounds, write_comparison
+from analysis.compare.table import format_round_table
+from analysis.rundir import RunDirError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``compare`` arguments to ``parser`` (reused by the ``llm-locust`` subcommand)."""
+    parser.add_argument(
+        "rounds",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR",
+        help="two or more rounds, baseline first: run directories, or round folders "
+        "holding baseline/ and ladder/ run directories (as diagnose writes)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where to write compare.json, rounds.csv, summary.md and the PNGs (default: <first RUN_DIR>/compare)",
+    )
+    parser.add_argument(
+        "--allow-different-workload",
+        action="store_true",
+        help="compare even when the workload fingerprints differ (listed in the output)",
+    )
+
+
+def print_comparison(comparison) -> None:
+    """Print the round table (one column per round), the changes and the attributions."""
+    print(format_round_table(comparison.table))
+    print()
+    for line in comparison.workload_differences:
+        print(f"Workloads differ: {line}")
+    for line in attribution_lines(comparison):
+        print(line)
+    if comparison.out_dir is not None:
+        print()
+        for name in ("summary.md", "compare.json", "rounds.csv", *PNG_NAMES):
+            print(f"{name}: {comparison.out_dir / name}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compare ``args.rounds``; returns 0, or 2 (one line on stderr) when a run directory cannot be
+    read, fewer than two rounds are given, or the workloads differ without
+    ``--allow-different-workload``."""
+    try:
+        comparison = compare_rounds(args.rounds, allow_different_workload=args.allow_different_workload)
+    except (RunDirError, WorkloadMismatch, ValueError) as exc:
+        print(f"llm-locust compare: error: {exc}", file=sys.stderr)
+        return 2
+    out = args.out if args.out is not None else args.rounds[0] / "compare"
+    print_comparison(write_comparison(comparison, out))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``llm-locust compare``; ``argv`` excludes the ``compare`` word."""
+    parser = argparse.ArgumentParser(
+        prog="llm-locust compare", description="Rounds side by side: round table and attribution."
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

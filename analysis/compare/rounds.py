@@ -1,0 +1,320 @@
+"""One round's figures for the round table (seed 004's table, the playbooks' "对照表").
+
+Per round: what the client achieved, what the server ran, failures by kind, output throughput
+at every ladder step (with the requests behind each, for the interval), the single-request
+figures (a baseline run, or else the ladder's concurrency-1 step), the critical concurrency and
+the bottleneck named by the single-run verdict.
+
+Steps are keyed by the ladder's load axis (:mod:`analysis.loadaxis`): target users in a
+concurrency ladder, offered requests/s in a request-rate ladder (``--shape rate``), whose
+``target_users`` is only the pool that sent the schedule. A rate ladder has no concurrency-1 step:
+its single-request figures come from a baseline run only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analysis.compare.changes import RoundDirs
+from analysis.compare.stats import (
+    THROUGHPUT_SLICES,
+    Estimate,
+    median_ci,
+    median_ratio_ci,
+    nan_estimate,
+    throughput_ci,
+)
+from analysis.loadaxis import USERS, LoadAxis, load_axis
+from analysis.metrics import prorated_tokens, with_request_metrics
+from analysis.report.pipeline import AnalysisResult, analyze
+from analysis.server.serverlog.errors import count_by_kind
+
+TIMEOUT_KINDS: tuple[str, ...] = ("connect_timeout", "ttft_timeout", "stall_timeout", "total_timeout")
+"""Client error kinds counted as timeouts."""
+
+REJECT_KINDS: tuple[str, ...] = ("http_429", "http_4xx", "http_5xx", "connection_error")
+"""Client error kinds counted as rejects (the server refused or dropped the request)."""
+
+GPU_MEMORY_METRICS: dict[str, float] = {
+    "DCGM_FI_DEV_FB_USED": 1.0,  # dcgm-exporter, MiB
+    "nv_gpu_memory_used_bytes": 1.0 / 2**20,  # Triton, bytes
+}
+"""Scraped gauges of GPU memory in use and the factor to MiB (the peak is taken over the run)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundSummary:
+    """Everything the round table and the attribution need from one round.
+
+    Attributes
+    ----------
+    name : str
+    steps : pandas.DataFrame
+        The ladder's step table (:func:`analysis.steps.step_table` plus the server columns
+        chosen by the pipeline); empty without a ladder run.
+    step_tps : dict
+        ``{load level: Estimate}``: output tokens/s of each step with its interval
+        (:func:`analysis.compare.stats.throughput_ci`), keyed by :attr:`axis` (target users, or
+        offered requests/s).
+    single_ttft_ms, single_decode_tps : Estimate
+        Median TTFT (ms) and decode rate (tokens/s per request) of the single-request requests.
+    single_ttft_values, single_decode_values : numpy.ndarray
+        The per-request values behind them (for the ratio intervals).
+    single_source : str
+        ``"baseline run (N requests)"``, ``"ladder step at concurrency 1"`` or ``"none"``.
+    single_repeat_decode_ratio, single_repeat_ttft_ratio : Estimate
+        The round's own repeat of the single-request figures: median decode rate (TTFT) of the
+        ladder's concurrency-1 step over the baseline run's (the same server, one request at a
+        time, minutes apart); NaN unless the round has both. How far each is from 1 is how much
+        the single-request figure moves on this deployment without any change.
+    critical_users : float or None
+        The critical load on :attr:`axis` (users, or requests/s in a rate ladder).
+    knee_users : float or None
+        Where the round's knee throughput is read (on :attr:`axis`): the critical load, else the
+        highest step with a measured throughput.
+    bottleneck : str
+        The verdict's primary kind; ``"-"`` when no verdict was computed.
+    successes, failures : int
+    failure_kinds : dict
+        Client failures ``{error_kind: n}``.
+    server_log_errors : dict
+        Server-log error lines ``{kind: n}``.
+    running_mean, running_max, waiting_mean, waiting_max : float
+        Over the ladder's steady windows: the largest per-step time-average (``_mean``) and the
+        largest instantaneous value (``_max``) of the server series; NaN without server data.
+    achieved_max : float
+        Largest per-step time-averaged client in-flight.
+    gpu_memory_peak_mib : float
+        Peak of a :data:`GPU_MEMORY_METRICS` gauge, MiB; NaN when none was scraped.
+    axis : LoadAxis, default USERS
+        What the ladder's steps are keyed by (:func:`analysis.loadaxis.load_axis`).
+    """
+
+    name: str
+    steps: pd.DataFrame
+    step_tps: dict[float, Estimate]
+    single_ttft_ms: Estimate
+    single_decode_tps: Estimate
+    single_ttft_values: np.ndarray
+    single_decode_values: np.ndarray
+    single_source: str
+    critical_users: float | None
+    single_repeat_decode_ratio: Estimate = field(default_factory=nan_estimate)
+    single_repeat_ttft_ratio: Estimate = field(default_factory=nan_estimate)
+    knee_users: float | None
+    bottleneck: str
+    successes: int
+    failures: int
+    failure_kinds: dict[str, int] = field(default_factory=dict)
+    server_log_errors: dict[str, int] = field(default_factory=dict)
+    running_mean: float = math.nan
+    running_max: float = math.nan
+    waiting_mean: float = math.nan
+    waiting_max: float = math.nan
+    achieved_max: float = math.nan
+    gpu_memory_peak_mib: float = math.nan
+    server_config: object = None
+    window_s: float = math.nan
+    axis: LoadAxis = USERS
+
+    @property
+    def timeouts(self) -> int:
+        return sum(self.failure_kinds.get(k, 0) for k in TIMEOUT_KINDS)
+
+    @property
+    def rejects(self) -> int:
+        return sum(self.failure_kinds.get(k, 0) for k in REJECT_KINDS)
+
+    def tps_at(self, users: float | None) -> Estimate | None:
+        """The step estimate at load level ``users`` on :attr:`axis` (None when not measured)."""
+        return None if users is None else self.step_tps.get(float(users))
+
+    def step_value(self, users: float, column: str) -> float:
+        """A step-table value at load level ``users`` on :attr:`axis` (NaN when absent)."""
+        if self.steps.empty or self.axis.column not in self.steps or column not in self.steps:
+            return math.nan
+        rows = self.steps[self.steps[self.axis.column] == users]
+        return float(rows[column].iloc[0]) if len(rows) else math.nan
+
+
+def summarize_round(round_: RoundDirs) -> RoundSummary:
+    """Analyse a round's runs (:func:`analysis.report.pipeline.analyze`) and collect its figures.
+
+    Parameters
+    ----------
+    round_ : RoundDirs
+
+    Returns
+    -------
+    RoundSummary
+    """
+    ladder = analyze(round_.ladder) if round_.ladder is not None else None
+    ladder_reqs = with_request_metrics(ladder.run.requests) if ladder is not None else None
+    base_req = _single_requests(round_, ladder, ladder_reqs)
+    single_source = (
+        "none"
+        if base_req is None
+        else f"baseline run ({len(base_req)} requests)"
+        if round_.baseline is not None
+        else f"ladder step at concurrency 1 ({len(base_req)} requests)"
+    )
+    ttft = base_req["ttft_ms"].to_numpy("float64") if base_req is not None else np.array([])
+    decode = base_req["decode_tps"].to_numpy("float64") if base_req is not None else np.array([])
+    repeat_decode, repeat_ttft = nan_estimate(), nan_estimate()
+    if round_.baseline is not None and ladder is not None and ladder_reqs is not None:
+        one_user = _ladder_single_requests(ladder, ladder_reqs)
+        if one_user is not None and len(one_user) and len(decode):
+            repeat_decode = median_ratio_ci(one_user["decode_tps"].to_numpy("float64"), decode)
+            repeat_ttft = median_ratio_ci(one_user["ttft_ms"].to_numpy("float64"), ttft)
+    all_requests = pd.concat([r.requests for r in round_.runs], ignore_index=True)
+    failed = all_requests[~all_requests["error_kind"].isin(["", "interrupted"])]  # interrupted: cut by the stop
+    fields: dict = {}
+    if ladder is not None and ladder_reqs is not None:
+        fields = _ladder_fields(ladder, ladder_reqs)
+    return RoundSummary(
+        name=round_.name,
+        single_ttft_ms=median_ci(ttft),
+        single_decode_tps=median_ci(decode),
+        single_ttft_values=ttft,
+        single_decode_values=decode,
+        single_source=single_source,
+        single_repeat_decode_ratio=repeat_decode,
+        single_repeat_ttft_ratio=repeat_ttft,
+        successes=int((all_requests["error_kind"] == "").sum()),
+        failures=len(failed),
+        failure_kinds={str(k): int(n) for k, n in failed["error_kind"].value_counts().sort_index().items()},
+        **(
+            {"steps": pd.DataFrame(), "step_tps": {}, "critical_users": None, "knee_users": None, "bottleneck": "-"}
+            | fields
+        ),
+    )
+
+
+def _single_requests(
+    round_: RoundDirs, ladder: AnalysisResult | None, ladder_reqs: pd.DataFrame | None
+) -> pd.DataFrame | None:
+    """Successful single-request requests: the baseline run's first N, or the concurrency-1 step's
+    requests completed in its steady window."""
+    if round_.baseline is not None:
+        reqs = with_request_metrics(round_.baseline.requests).sort_values("t_start_s", kind="stable")
+        ok = reqs[reqs["ok"]]
+        n = (round_.baseline.meta.get("shape") or {}).get("requests")
+        return ok.head(int(n)) if n else ok
+    if ladder is None or ladder_reqs is None:
+        return None
+    return _ladder_single_requests(ladder, ladder_reqs)
+
+
+def _ladder_single_requests(ladder: AnalysisResult, reqs: pd.DataFrame) -> pd.DataFrame | None:
+    """Successful requests completed in the steady window of the ladder's concurrency-1 step; None
+    in a request-rate ladder (one user in its pool sends a schedule, not one request at a time)."""
+    if load_axis(ladder.table) is not USERS:
+        return None
+    one = ladder.table[ladder.table["target_users"] == 1.0]
+    if one.empty:
+        return None
+    row = one.iloc[0]
+    return reqs[reqs["ok"] & (reqs["t_end_s"] >= row["window_start_s"]) & (reqs["t_end_s"] < row["window_end_s"])]
+
+
+def _ladder_fields(result: AnalysisResult, reqs: pd.DataFrame) -> dict:
+    table = result.table
+    axis = load_axis(table)
+    step_tps: dict[float, Estimate] = {}
+    for row in table.itertuples(index=False):
+        level = float(getattr(row, axis.column))
+        if not (math.isfinite(level) and math.isfinite(row.output_tps)):
+            continue
+        done = reqs[reqs["ok"] & (reqs["t_end_s"] >= row.window_start_s) & (reqs["t_end_s"] < row.window_end_s)]
+        step_tps[level] = throughput_ci(
+            float(row.output_tps), _slice_tps(reqs[reqs["ok"]], row.window_start_s, row.window_end_s), len(done)
+        )
+    critical = result.critical.users
+    knee = critical if critical is not None else (max(step_tps) if step_tps else None)
+    series = result.server if result.server is not None else pd.DataFrame()
+    in_windows = _in_windows(series, table)
+    log_errors = {}
+    if result.evidence is not None and result.evidence.log is not None and len(result.evidence.log.errors):
+        log_errors = count_by_kind(result.evidence.log.errors)
+    return {
+        "steps": table,
+        "step_tps": step_tps,
+        "critical_users": critical,
+        "knee_users": knee,
+        "bottleneck": _bottleneck(result),
+        "server_log_errors": log_errors,
+        "running_mean": _max(table.get("server_running")),
+        "waiting_mean": _max(table.get("server_waiting")),
+        "running_max": _max(in_windows.get("running")),
+        "waiting_max": _max(in_windows.get("waiting")),
+        "achieved_max": _max(table.get("client_inflight")),
+        "gpu_memory_peak_mib": gpu_memory_peak_mib(result.run.server_samples),
+        "server_config": result.evidence.config if result.evidence is not None else None,
+        "window_s": float(table["window_s"].median()) if len(table) else math.nan,
+        "axis": axis,
+    }
+
+
+def _slice_tps(ok: pd.DataFrame, start_s: float, end_s: float, slices: int = THROUGHPUT_SLICES) -> np.ndarray:
+    """Prorated output tokens/s of each of ``slices`` equal slices of ``[start_s, end_s)``."""
+    first = ok["t_start_s"] + ok["ttft_ms"] / 1000.0
+    edges = np.linspace(start_s, end_s, slices + 1)
+    width = (end_s - start_s) / slices
+    return (
+        np.array(
+            [
+                prorated_tokens(first, ok["t_end_s"], ok["output_tokens"], lo, hi) / width
+                for lo, hi in zip(edges[:-1], edges[1:])
+            ]
+        )
+        if width > 0
+        else np.array([])
+    )
+
+
+def _in_windows(series: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    if series is None or series.empty or "t_s" not in series:
+        return pd.DataFrame()
+    keep = np.zeros(len(series), dtype=bool)
+    for row in table.itertuples(index=False):
+        keep |= ((series["t_s"] >= row.window_start_s) & (series["t_s"] < row.window_end_s)).to_numpy()
+    return series[keep]
+
+
+def _max(values) -> float:
+    if values is None:
+        return math.nan
+    values = pd.Series(values, dtype="float64").dropna()
+    return float(values.max()) if len(values) else math.nan
+
+
+def _bottleneck(result: AnalysisResult) -> str:
+    """The verdict's primary kind: from the analysis result when it carries a verdict, else from
+    the run directory's ``report/verdict.json``; ``"-"`` when neither exists."""
+    verdict = getattr(result, "verdict", None)
+    kind = getattr(verdict, "bottleneck", None)
+    if kind is not None:
+        return str(getattr(kind, "value", kind))
+    path = result.run.run_dir / "report" / "verdict.json"
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8")).get("bottleneck") or "-")
+    except (OSError, ValueError, AttributeError):
+        return "-"
+
+
+def gpu_memory_peak_mib(samples: pd.DataFrame) -> float:
+    """Peak GPU memory in use over the run, MiB, from the first :data:`GPU_MEMORY_METRICS` gauge
+    present in ``server_metrics.csv`` (summed over GPUs at each scrape); NaN when none was scraped.
+    """
+    if samples is None or samples.empty:
+        return math.nan
+    for metric, to_mib in GPU_MEMORY_METRICS.items():
+        rows = samples[samples["metric"] == metric]
+        if len(rows):
+            return float(rows.groupby("t_s")["value"].sum().max() * to_mib)
+    return math.nan
