@@ -3,6 +3,8 @@
     llm-locust demo                         embedded server + ladder + analysis, end to end
     llm-locust run --host URL [flags]       Locust master + N workers against your server
     llm-locust analyze RUN_DIR              per-step table, critical concurrency, PNGs
+    llm-locust compare RUN_DIR RUN_DIR ...  rounds side by side: round table, attribution
+    llm-locust diagnose --host URL [...]    baseline, config check, ladder, verdict (+ A/B) in one go
     llm-locust sim-server [flags]           the embedded continuous-batching server
 
 ``run`` takes its own few flags (below) and passes every other flag to Locust unchanged, so the
@@ -14,19 +16,31 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-import locustfiles
-from llm_locust.options import positive_float, positive_int
+from llm_locust.run.postrun import finish_run, preload_post_run
+from llm_locust.run.preflight import LOCUSTFILES, default_run_dir, preflight_or_exit, run_dir_problem
 
-LOCUSTFILES = Path(locustfiles.__file__).resolve().parent
-SHAPE_LOCUSTFILES = {"ladder": "ladder.py", "baseline": "baseline.py", "none": "chat_stream.py"}
+__all__ = ["RUN_EPILOG", "SHAPE_LOCUSTFILES", "SUBCOMMANDS", "build_parser", "check_run", "main"]
+
+SHAPE_LOCUSTFILES = {"ladder": "ladder.py", "baseline": "baseline.py", "rate": "rate.py", "none": "chat_stream.py"}
 
 
-def default_run_dir(prefix: str = "run") -> Path:
-    """``runs/<prefix>-YYYYmmdd-HHMMSS`` under the current folder."""
-    return Path("runs") / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+def positive_float(text: str) -> float:
+    """Type of ``--timeout-s``: :func:`llm_locust.options.positive_float`, whose module (Locust's
+    option helpers, requests) is imported only when the flag is given: ``run`` starts its Locust
+    processes before it imports anything heavy."""
+    from llm_locust.options import positive_float as parse
+
+    return parse(text)
+
+
+def non_negative_int(text: str) -> int:
+    """Type of ``--workers`` / ``--remote-workers``: a whole number >= 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 RUN_EPILOG = """\
@@ -37,50 +51,102 @@ Every other flag goes to Locust and llm-locust's options, among them:
   --dwell-s S                 seconds each ladder step is held (default 20)
   --warmup-s S                seconds at the start of each step left out of the analysis (default 5)
   --max-tokens N              max_tokens per request (default 64)
+  --rate R | --rates 1,2,4,8  requests/s on a fixed schedule (--shape rate), each held --dwell-s
+  --arrival constant|poisson  spacing of the sends (--burstiness K: gamma shape, 1 = Poisson)
+  --max-users N               rate runs: users that send the schedule (default 100)
   --baseline-requests N       requests for --shape baseline (default 10)
   --server-log PATH           follow the server's log file during the run
+  --server-log-cmd "CMD"      or a command's output, e.g. "kubectl logs -f deploy/vllm"
   --server-metrics-url URL    another Prometheus endpoint to scrape (repeatable)
   --web                       watch it live in Locust's web UI (LLM tab)
 All of them: .venv/bin/locust -f locustfiles/ladder.py --help
 """
 
 
+def _add_fail_on(parser: argparse.ArgumentParser) -> None:
+    """``--fail-on`` as ``analyze`` defines it when help is asked for; otherwise the same flag
+    without its help text, whose module (the analysis: pandas, matplotlib) took seconds of
+    ``run``'s start-up (the flag is parsed with :mod:`analysis.thresholds` only when given)."""
+    if {"-h", "--help"} & set(sys.argv[1:]) or sys.argv[1:2] != ["run"]:
+        from analysis.cli import add_fail_on_argument
+
+        add_fail_on_argument(parser)
+        return
+    parser.add_argument("--fail-on", action="append", default=[], metavar="EXPR")
+
+
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = RUN_EPILOG
-    parser.add_argument("--workers", type=positive_int, default=2, help="Local Locust worker processes (default 2)")
+    parser.add_argument(
+        "--workers",
+        type=non_negative_int,
+        default=2,
+        help="Local Locust worker processes (default 2; 0 with --remote-workers)",
+    )
+    parser.add_argument(
+        "--remote-workers", type=non_negative_int, default=0,
+        help="Also wait for N workers started elsewhere (other machines, Kubernetes pods: locust -f … --worker "
+             "--master-host THIS --master-port PORT); the master then listens on every interface at --master-port",
+    )  # fmt: skip
+    parser.add_argument(
+        "--master-port", type=int, default=5557, help="The master's port for --remote-workers (default 5557)"
+    )
     parser.add_argument(
         "--shape", choices=sorted(SHAPE_LOCUSTFILES), default="ladder",
-        help="ladder (--ladder, --dwell-s, --warmup-s), baseline (--baseline-requests) or none (-u, -r, -t)",
+        help="ladder (--ladder, --dwell-s, --warmup-s), rate (--rate/--rates, --arrival, --max-users), "
+             "baseline (--baseline-requests) or none (-u, -r, -t)",
     )  # fmt: skip
     parser.add_argument("-f", "--locustfile", default=None, help="Your own locustfile instead of the shape's")
-    parser.add_argument("--run-dir", type=Path, default=None, help="Run directory (default runs/run-<time>); must not hold a run already")
+    parser.add_argument(
+        "--run-dir",
+        "--out",
+        dest="run_dir",
+        type=Path,
+        default=None,
+        help="Run directory (default runs/run-<time>); must not hold a run already (--out: the same, as "
+        "diagnose and compare call it)",
+    )
     parser.add_argument("--no-analyze", action="store_true", help="Do not analyse the run directory afterwards")
-    parser.add_argument("--timeout-s", type=positive_float, default=3600.0,
-                        help="Upper bound on the run's duration; past it the run is stopped and its data kept")
+    _add_fail_on(parser)
+    parser.add_argument(
+        "--timeout-s",
+        type=positive_float,
+        default=3600.0,
+        help="Upper bound on the run's duration; past it the run is stopped and its data kept",
+    )
     parser.add_argument(
         "--web", action="store_true",
         help="Watch it live: Locust's web UI with the LLM tab on the master at 127.0.0.1:--web-port (the run still "
              "starts and stops by itself)",
     )  # fmt: skip
-    parser.add_argument("--web-port", type=int, default=8089, help="Web UI port with --web (0: a free one; default 8089)")
+    parser.add_argument(
+        "--web-port", type=int, default=8089, help="Web UI port with --web (0: a free one; default 8089)"
+    )
     parser.add_argument(
         "--web-linger-s", type=float, default=60.0, help="With --web: seconds the web UI stays up after the run ends"
     )
 
 
 def parse_locust_args(locust_args: list[str], *, strict: bool = True):
-    """Parse the pass-through flags with Locust's own parser (llm-locust's options registered), as
+    """Parse the pass-through flags with Locust's own parser (llm-locust's options added), as
     the master will: argparse errors (unknown flag, bad value) exit 2 here, before anything starts.
     ``strict=False`` (a user's own locustfile, which may add flags of its own) ignores unknown flags.
+
+    Only Locust's parser module is imported (without gevent's patching), not
+    :mod:`llm_locust.plugin`: the options are added with :func:`llm_locust.options.add_options`
+    directly, unless the plugin (imported earlier in this process) already added them through
+    ``init_command_line_parser``. The plugin's import pulls in the master's and the workers' code
+    (numpy, pandas, requests), which this process never runs.
     """
     import os
+
+    from llm_locust.options import add_options
 
     skip = "LOCUST_SKIP_MONKEY_PATCH"
     previous = os.environ.get(skip)
     os.environ[skip] = "1"  # the launcher only parses: no gevent patching in this process
     try:
-        import llm_locust.plugin  # noqa: F401  (registers llm-locust's options on Locust's events)
         from locust.argument_parser import get_parser
     finally:
         if previous is None:
@@ -88,29 +154,24 @@ def parse_locust_args(locust_args: list[str], *, strict: bool = True):
         else:
             os.environ[skip] = previous
     parser = get_parser()
+    if parser.get_default("ladder") is None:  # not added by an imported llm_locust.plugin
+        add_options(parser)
     parser.prog = "llm-locust run"
     if strict:
         return parser.parse_args(locust_args)
     return parser.parse_known_args(locust_args)[0]
 
 
-def run_dir_problem(run_dir: Path) -> str | None:
-    """Why ``run_dir`` cannot take a new run (it holds one already), or None."""
-    held = [name for name in ("run.json", "requests.csv", "server_metrics.csv", "locust_master.log") if (run_dir / name).exists()]
-    if held:
-        return f"--run-dir {run_dir} already holds a run ({', '.join(held)}): use a new directory"
-    return None
-
-
 def check_run(args: argparse.Namespace, locust_args: list[str]):
-    """Everything ``run`` can check before it starts a process: returns ``(options, locustfile)``.
+    """Everything ``run`` can check before it starts a process: returns ``(options, locustfile)``;
+    the parsed ``--fail-on`` thresholds are left in ``args.thresholds``.
 
     Raises
     ------
     SystemExit
         Status 2, after one ``llm-locust run: error: …`` line on stderr.
     """
-    from llm_locust.options import validate_options
+    from llm_locust.options import rate_ladder, validate_options
 
     def fail(message: str):
         print(f"llm-locust run: error: {message}", file=sys.stderr)
@@ -119,147 +180,223 @@ def check_run(args: argparse.Namespace, locust_args: list[str]):
     locustfile = Path(args.locustfile) if args.locustfile else LOCUSTFILES / SHAPE_LOCUSTFILES[args.shape]
     if not locustfile.is_file():
         fail(f"locustfile {locustfile} not found")
+    if args.workers + args.remote_workers < 1:
+        fail("--workers 0 needs --remote-workers N (at least one worker)")
     options = parse_locust_args(locust_args, strict=args.locustfile is None)
     if not options.host:
         fail("--host is required (e.g. --host http://127.0.0.1:8000)")
     try:
         validate_options(options)
+        if args.shape == "rate" and args.locustfile is None:
+            rate_ladder(options)  # a rate run without a rate is refused here, not in the master
     except ValueError as exc:
         fail(str(exc))
+    if (
+        args.shape != "rate"
+        and args.locustfile is None
+        and (getattr(options, "rate", 0) or getattr(options, "rates", ""))
+    ):
+        fail(f"--rate/--rates take effect with --shape rate only (this run's shape: {args.shape})")
     if args.run_dir is not None and (problem := run_dir_problem(args.run_dir)):
         fail(problem)
+    args.thresholds = check_thresholds(args, options, fail)
     return options, locustfile
 
 
-def preflight_or_exit(host: str, *, model: str = "", api_key: str = "", prog: str = "llm-locust run") -> None:
-    """GET HOST/v1/models before starting Locust: exit 2 with one line when the server cannot be
-    reached, the host ends with /v1, or ``model`` is not among the served models."""
-    from llm_locust.models import preflight
-
-    error, note = preflight(host, model=model, api_key=api_key)
-    if error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        raise SystemExit(2)
-    if note:
-        print(f"{prog}: {note}", file=sys.stderr)
-
-
-def failure_summary(run_dir: Path, *, examples: int = 3) -> str | None:
-    """When no request of the run succeeded: "all N requests failed" with the commonest error kinds
-    and one example message each (from ``requests.csv``); None when some succeeded."""
-    import csv
-    from collections import Counter
+def check_thresholds(args: argparse.Namespace, options, fail) -> tuple:
+    """``--fail-on`` parsed, and its ``@USERS`` checked against the ladder the run will climb
+    (``fail(message)`` raises on a problem): before any load is sent."""
+    if not getattr(args, "fail_on", None):
+        return ()  # nothing to check: the analysis (pandas) is not imported before the run
+    from analysis.thresholds import ThresholdError, check_steps, parse_thresholds
+    from llm_locust.options import parse_ladder
 
     try:
-        with open(run_dir / "requests.csv", newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
-    except OSError:
-        rows = []
-    if any(not row.get("error_kind") for row in rows):
-        return None
-    if not rows:
-        return "no request was recorded"
-    kinds = Counter(row["error_kind"] for row in rows)
-    example = {}
-    for row in rows:
-        example.setdefault(row["error_kind"], row.get("error_message", ""))
-    lines = [f"all {len(rows)} requests failed:"]
-    for kind, count in kinds.most_common(examples):
-        lines.append(f"  {count} x {kind}: {example[kind][:200]}")
-    return "\n".join(lines)
+        thresholds = parse_thresholds(getattr(args, "fail_on", None))
+        if thresholds and getattr(args, "no_analyze", False):
+            raise ThresholdError("--fail-on is checked on the analysis: drop --no-analyze")
+        ladder = getattr(options, "ladder", None)
+        steps = parse_ladder(ladder) if ladder and getattr(args, "shape", "ladder") == "ladder" else None
+        if not getattr(args, "locustfile", None):  # a locustfile of the user's own: checked on the analysis
+            check_steps(thresholds, steps)
+    except ThresholdError as exc:
+        fail(str(exc))
+    return thresholds
 
 
-def _user_errors(run_dir: Path) -> list[dict]:
-    import json
+def check_input_sizing(options) -> str:
+    """Size ``--input-tokens`` prompts once before any load (tokenizer or server probes): exit 2
+    with one line when they cannot be built exactly. Returns the calibration as
+    ``--input-calibration`` text, which the workers then use instead of probing again.
+
+    Raises
+    ------
+    SystemExit
+        Status 2, after one ``llm-locust run: error: …`` line on stderr.
+    """
+    from llm_locust.client.models import first_served_model
+    from llm_locust.client.workload.build import build_request_source, input_calibration
 
     try:
-        return json.loads((run_dir / "run.json").read_text()).get("user_errors") or []
-    except (OSError, ValueError, AttributeError):
-        return []
-
-
-def report_outcome(run_dir: Path, prog: str = "llm-locust run") -> bool:
-    """After a run: print the users that failed (e.g. in ``on_start``) and, when no request
-    succeeded, the failure summary, on stderr. Returns True when no request succeeded."""
-    for error in _user_errors(run_dir):
-        print(f"{prog}: a user failed ({error.get('count', 1)} x): {error.get('msg', '')}", file=sys.stderr)
-    summary = failure_summary(run_dir)
-    if summary:
-        print(f"{prog}: {summary}", file=sys.stderr)
-        return True
-    return False
+        model = options.model or first_served_model(options.host, api_key=options.api_key or "")
+        calibration = input_calibration(options, host=options.host, model=model)
+        options.input_calibration = calibration.to_json()
+        build_request_source(options, host=options.host, model=model, prompts=())  # the length check
+        return options.input_calibration
+    except Exception as exc:  # any failure to size the prompts stops the run before it starts
+        print(f"llm-locust run: error: --input-tokens: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def cmd_run(args: argparse.Namespace, locust_args: list[str]) -> int:
-    from llm_locust.launcher import LocustRun, free_port, run_locust
+    from llm_locust.run.launcher import BootedLocust
 
-    options, locustfile = check_run(args, locust_args)
-    preflight_or_exit(options.host, model=options.model, api_key=options.api_key or "")
-    run_dir = args.run_dir or default_run_dir()
-    print(f"run directory: {run_dir}")
-    web_port = (args.web_port or free_port()) if args.web else None
-    code = run_locust(
-        LocustRun(locustfile=locustfile, run_dir=run_dir, workers=args.workers, locust_args=locust_args,
-                  timeout_s=args.timeout_s, web_port=web_port, web_linger_s=args.web_linger_s)
-    )
-    if code not in (0, 1, 124, 130):  # 1 = some requests failed, 124/130 = stopped: still measured
-        print(f"locust exited with code {code}; see {run_dir / 'locust_master.log'}", file=sys.stderr)
-        return code
-    _print_client_report(run_dir)
-    if report_outcome(run_dir):
-        return 1
-    if args.no_analyze:
-        return code
-    from analysis.cli import main as analyze_main
-
-    analyzed = analyze_main([str(run_dir)])
-    return code if code in (124, 130) else analyzed
-
-
-def _print_client_report(run_dir: Path) -> None:
-    """The master's end-of-run client summary (``client_report.json``), when it wrote one."""
-    import json
-
-    from llm_locust.clientreport import format_summary
-
-    def nulls_as_nan(obj: dict) -> dict:
-        return {key: float("nan") if value is None else value for key, value in obj.items()}
-
+    # the master and the workers import Locust (~0.8 s of CPU each) while this process checks the run;
+    # they run nothing until run_locust gives them their command lines
+    booted = BootedLocust(args.workers, plugin=args.locustfile is None)
     try:
-        report = json.loads((run_dir / "client_report.json").read_text(), object_hook=nulls_as_nan)
-    except (OSError, ValueError):
-        return
-    print(format_summary(report))
+        return _run_checked(args, locust_args, booted)
+    finally:
+        booted.cancel()  # those not handed out: a refused run, an interrupt before the start
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from analysis.cli import add_arguments as add_analyze_arguments
-    from llm_locust import demo
-    from llm_locust.simserver import add_arguments as add_sim_arguments
+def _run_checked(args: argparse.Namespace, locust_args: list[str], booted) -> int:
+    from llm_locust.run.launcher import LocustRun, SigtermAsInterrupt, free_port, run_locust
 
+    with SigtermAsInterrupt() as signals:  # SIGTERM stops the run the way Ctrl-C does (exit 143)
+        try:
+            options, locustfile = check_run(args, locust_args)
+            preflight_or_exit(
+                options.host,
+                model=options.model,
+                api_key=options.api_key or "",
+                model_required=not getattr(options, "payload_file", "") and options.protocol != "generic",
+            )
+            if getattr(options, "input_tokens", 0) and not getattr(options, "input_calibration", ""):
+                locust_args = [*locust_args, "--input-calibration", check_input_sizing(options)]
+        except KeyboardInterrupt:  # nothing started yet
+            return signals.exit_code
+        run_dir = args.run_dir or default_run_dir()
+        print(f"run directory: {run_dir}")
+        preload_post_run(analyze=not args.no_analyze)  # the report's imports, while the test runs
+        web_port = (args.web_port or free_port()) if args.web else None
+        code = run_locust(
+            LocustRun(
+                locustfile=locustfile,
+                run_dir=run_dir,
+                workers=args.workers,
+                remote_workers=args.remote_workers,
+                master_port=args.master_port,
+                locust_args=locust_args,
+                timeout_s=args.timeout_s,
+                web_port=web_port,
+                web_linger_s=args.web_linger_s,
+                booted=booted,
+            ),
+            signals=signals,
+        )
+        signals.stopping()  # the run is over: a SIGTERM now lets the report finish
+        return finish_run(
+            run_dir,
+            code,
+            exit_code_on_error=options.exit_code_on_error,
+            analyze=not args.no_analyze,
+            fail_on=args.thresholds,
+        )
+
+
+def _add_analyze(parser: argparse.ArgumentParser) -> None:
+    from analysis.cli import add_arguments
+
+    add_arguments(parser)
+
+
+def _add_compare(parser: argparse.ArgumentParser) -> None:
+    from analysis.compare.cli import add_arguments
+
+    add_arguments(parser)
+
+
+def _add_diagnose(parser: argparse.ArgumentParser) -> None:
+    from llm_locust.run import diagnose
+
+    diagnose.add_arguments(parser)
+
+
+def _add_demo(parser: argparse.ArgumentParser) -> None:
+    from llm_locust.run import demo
+
+    demo.add_arguments(parser)
+
+
+def _add_sim_server(parser: argparse.ArgumentParser) -> None:
+    from llm_locust.simserver.config import add_arguments
+
+    add_arguments(parser)
+
+
+SUBCOMMANDS = {
+    "run": ("Locust master + workers against a server; other flags go to Locust", _add_run_arguments),
+    "analyze": ("Analyse a run directory", _add_analyze),
+    "compare": ("Rounds side by side: round table and attribution", _add_compare),
+    "diagnose": ("Baseline, config check, ladder, verdict (and an A/B) in one command", _add_diagnose),
+    "demo": ("Embedded server + ladder + analysis, end to end", _add_demo),
+    "sim-server": ("The embedded continuous-batching server", _add_sim_server),
+}
+"""Subcommand -> (help line, function adding its arguments). Each function imports its module
+only when called, so a subcommand's parser costs only its own imports: ``run`` never imports
+pandas, matplotlib or aiohttp just to read its flags (they took seconds of its start-up)."""
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``llm-locust`` parser: every subcommand, or only ``only`` (the one on the command line).
+
+    Parameters
+    ----------
+    only : str, optional
+        A key of :data:`SUBCOMMANDS`: build just that subcommand's parser (same ``prog``, same
+        messages); None builds them all (``llm-locust --help``, a misspelt subcommand).
+    """
     parser = argparse.ArgumentParser(prog="llm-locust", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="Locust master + workers against a server; other flags go to Locust")
-    _add_run_arguments(run)
-    add_analyze_arguments(sub.add_parser("analyze", help="Analyse a run directory"))
-    demo.add_arguments(sub.add_parser("demo", help="Embedded server + ladder + analysis, end to end"))
-    add_sim_arguments(sub.add_parser("sim-server", help="The embedded continuous-batching server"))
+    for name, (help_text, add_arguments) in SUBCOMMANDS.items():
+        if only is None or name == only:
+            add_arguments(sub.add_parser(name, help=help_text))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the process's own command line: an --api-key on it moves to the environment
+        from llm_locust.auth import reexec_without_api_key
+
+        reexec_without_api_key()
+    own_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv[:1] and argv[0] in SUBCOMMANDS else None)
     if argv[:1] == ["run"]:
         args, rest = parser.parse_known_args(argv)
-        return cmd_run(args, rest)
+        code = cmd_run(args, rest)
+        if own_process:  # the process ends now: its report is written and closed
+            from llm_locust.run.boot import exit_without_final_collection
+
+            exit_without_final_collection()
+        return code
+    if argv[:1] == ["diagnose"]:
+        from llm_locust.run import diagnose
+
+        args, rest = parser.parse_known_args(argv)
+        return diagnose.run(args, rest)
     args = parser.parse_args(argv)
     if args.command == "analyze":
         from analysis.cli import run as analyze_run
 
         return analyze_run(args)
+    if args.command == "compare":
+        from analysis.compare.cli import run as compare_run
+
+        return compare_run(args)
     if args.command == "demo":
-        from llm_locust import demo
+        from llm_locust.run import demo
 
         return demo.run(args)
     from llm_locust.simserver import run_from_args

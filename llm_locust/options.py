@@ -8,8 +8,14 @@ Registered through ``events.init_command_line_parser`` (see :mod:`llm_locust.plu
 from __future__ import annotations
 
 import argparse
+import math
+import shlex
+import shutil
+from pathlib import Path
 
-from llm_locust.protocols import ADAPTERS
+from llm_locust.client.protocols import ADAPTERS
+from llm_locust.client.workload.options import add_workload_options, validate_workload_options
+from llm_locust.client.workload.source import MAX_INT
 
 
 def parse_bool(text: str) -> bool:
@@ -39,6 +45,8 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    if value > MAX_INT:
+        raise argparse.ArgumentTypeError(f"must be <= {MAX_INT}, got {value}")
     return value
 
 
@@ -71,6 +79,48 @@ def parse_ladder(text: str) -> list[int]:
     return steps
 
 
+def parse_rates(text: str) -> list[float]:
+    """Parse a rate ladder such as ``"1,2,4.5"`` (requests/s) into increasing positive rates.
+
+    Raises
+    ------
+    ValueError
+        Empty, not a number, not finite, not above 0, or not strictly increasing.
+
+    >>> parse_rates("1, 2,4.5")
+    [1.0, 2.0, 4.5]
+    """
+    try:
+        rates = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"rates must be comma-separated numbers (requests/s), got {text!r}") from None
+    ok = all(math.isfinite(r) and r > 0 for r in rates) and all(b > a for a, b in zip(rates, rates[1:]))
+    if not rates or not ok:
+        raise ValueError(f"rates must be strictly increasing numbers > 0 (requests/s), got {text!r}")
+    return rates
+
+
+def rate_ladder(options) -> list[float]:
+    """The request rates of a rate run: ``[--rate]`` when it is given (> 0), else ``--rates``.
+
+    Raises
+    ------
+    ValueError
+        Both or neither given, or a malformed ``--rates`` (as ``--flag: what is wrong``).
+    """
+    rate, rates = getattr(options, "rate", 0.0) or 0.0, getattr(options, "rates", "") or ""
+    if rate > 0 and rates:
+        raise ValueError("--rate and --rates: give one of them (one rate, or a ladder of rates)")
+    if rate > 0:
+        return [float(rate)]
+    if not rates:
+        raise ValueError("--shape rate needs --rate R or --rates R1,R2,... (requests/s)")
+    try:
+        return parse_rates(rates)
+    except ValueError as exc:
+        raise ValueError(f"--rates: {exc}") from None
+
+
 def validate_options(options) -> None:
     """Check llm-locust's options together (what one flag's type cannot): the one check shared by
     ``llm-locust run`` (before any process starts), the load shapes and plain ``locust -f``.
@@ -90,6 +140,8 @@ def validate_options(options) -> None:
             parse_ladder(get("ladder"))
         except ValueError as exc:
             raise ValueError(f"--ladder: {exc}") from None
+    if get("rates") or (get("rate") or 0) > 0:
+        rate_ladder(options)
     checks = [
         ("dwell_s", lambda v: v > 0, "must be > 0"),
         ("warmup_s", lambda v: v >= 0, "must be >= 0"),
@@ -97,14 +149,92 @@ def validate_options(options) -> None:
         ("scrape_interval_s", lambda v: v > 0, "must be > 0"),
         ("max_tokens", lambda v: v >= 1, "must be >= 1"),
         ("baseline_requests", lambda v: v >= 1, "must be >= 1"),
+        ("max_users", lambda v: v >= 1, "must be >= 1"),
+        ("burstiness", lambda v: v > 0, "must be > 0"),
     ]
     for name, ok, rule in checks:
         value = get(name)
         if value is not None and not ok(value):
             raise ValueError(f"--{name.replace('_', '-')} {rule}, got {value}")
+    for name in ("prompts_file", "payload_file", "server_log_format"):
+        if get(name):
+            _check_input_file(name, get(name))
+    validate_workload_options(options)
+    if get("slo"):
+        from analysis.goodput import parse_slo
+
+        parse_slo(get("slo"))  # its messages start with --slo
+    if get("protocol") is not None:
+        check_protocol(get("protocol"), get("protocol_format") or "", bool(get("no_stream")))
+    if get("server_log_cmd"):
+        if get("server_log"):
+            raise ValueError("--server-log and --server-log-cmd: give one of them (one server log per run)")
+        parse_log_command(get("server_log_cmd"))
     warmup_s, dwell_s = get("warmup_s"), get("dwell_s")
     if warmup_s is not None and dwell_s is not None and not warmup_s < dwell_s:
         raise ValueError(f"--warmup-s ({warmup_s}) must be shorter than --dwell-s ({dwell_s})")
+
+
+def check_protocol(protocol: str, format_file: str, no_stream: bool) -> None:
+    """Check ``--protocol`` with ``--protocol-format`` and ``--no-stream``: the format file is
+    read and checked here, so a malformed one is refused before any load.
+
+    Raises
+    ------
+    ValueError
+        A format file missing for ``generic`` or given to another protocol, a malformed one
+        (the message names the file and the key), or ``--no-stream`` where it does not apply.
+    """
+    from llm_locust.client.protocols import get_adapter
+    from llm_locust.client.protocols.genericformat import load_format
+
+    fmt = load_format(format_file) if format_file else None
+    get_adapter(protocol, stream=not no_stream, fmt=fmt)
+
+
+def parse_log_command(command: str) -> list[str]:
+    """Split ``--server-log-cmd`` into argv and check that its program exists.
+
+    Raises
+    ------
+    ValueError
+        Empty, unbalanced quotes, or the program is not found on ``PATH``.
+    """
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ValueError(f"--server-log-cmd {command!r}: {exc}") from None
+    if not argv:
+        raise ValueError("--server-log-cmd is empty")
+    if shutil.which(argv[0]) is None:
+        raise ValueError(f"--server-log-cmd: program {argv[0]!r} not found on PATH")
+    return argv
+
+
+def _load_format_file(path: str) -> None:
+    """Parse a ``--server-log-format`` file as the analysis will (TOML; its errors name the line
+    and column, or the table and key)."""
+    from analysis.server.userformat import UserFormatError, load_user_format
+
+    try:
+        load_user_format(Path(path).read_text(encoding="utf-8"), source=path)
+    except UserFormatError as exc:  # its message starts with the path, which the caller names
+        raise ValueError(str(exc).removeprefix(f"{path}: ")) from None
+
+
+def _check_input_file(name: str, path: str) -> None:
+    """Read ``--prompts-file`` / ``--payload-file`` with the loader the workers use, and
+    ``--server-log-format`` with the analysis's parser, so a missing, empty or malformed file is
+    refused before any load is sent (naming the file and the cause)."""
+    from llm_locust.client.config import load_payload
+    from llm_locust.client.prompts import load_prompts
+
+    loaders = {"prompts_file": load_prompts, "payload_file": load_payload, "server_log_format": _load_format_file}
+    loader = loaders[name]
+    try:
+        loader(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--{name.replace('_', '-')} {path}: {exc}") from None
 
 
 def add_options(parser) -> None:
@@ -127,14 +257,20 @@ def add_options(parser) -> None:
         "--api-key",
         default="",
         env_var="LLM_LOCUST_API_KEY",
-        help="Bearer token (or env LLM_LOCUST_API_KEY); never written to the run directory",
-        include_in_web_ui=True,
-        is_secret=True,
+        help="Bearer token (or env LLM_LOCUST_API_KEY); never written to the run directory nor shown in the web UI",
+        include_in_web_ui=False,  # Locust's page would carry the value (extra_options.*.default_value)
     )
     group.add_argument("--run-dir", default="", help="Write the run directory here (master or standalone only)")
-    group.add_argument("--ladder", type=_ladder, default="1,2,4,8", help="Concurrency ladder for LadderShape, e.g. 1,2,4,8")
+    group.add_argument(
+        "--ladder", type=_ladder, default="1,2,4,8", help="Concurrency ladder for LadderShape, e.g. 1,2,4,8"
+    )
     group.add_argument("--dwell-s", type=positive_float, default=20.0, help="Seconds each ladder step is held")
-    group.add_argument("--warmup-s", type=non_negative_float, default=5.0, help="Seconds at the start of each step left out of analysis")
+    group.add_argument(
+        "--warmup-s",
+        type=non_negative_float,
+        default=5.0,
+        help="Seconds at the start of each step left out of analysis",
+    )
     group.add_argument(
         "--drain-s", type=non_negative_float, default=60.0,
         help="After the last ladder step, at most this long for in-flight requests to finish and be recorded",
@@ -147,10 +283,82 @@ def add_options(parser) -> None:
     )
     group.add_argument("--scrape-interval-s", type=positive_float, default=1.0, help="Seconds between /metrics scrapes")
     group.add_argument(
+        "--scrape-timeout-s", type=non_negative_float, default=0.0,
+        help="Total time (connect + read) one scrape may take, each endpoint on its own; "
+             "0 = 2.9 x --scrape-interval-s (default)",
+    )  # fmt: skip
+    group.add_argument(
+        "--scrape-max-bytes", type=positive_int, default=8 * 1024 * 1024,
+        help="Largest /metrics body read (default 8 MiB); a bigger one is aborted and recorded as a failed scrape",
+    )  # fmt: skip
+    group.add_argument(
+        "--slo", default="", metavar="OBJECTIVES",
+        help='Service-level objectives for goodput in the report, e.g. "ttft_ms<=500,tpot_ms<=50" '
+             "(recorded in run.json; llm-locust analyze --slo overrides)",
+    )  # fmt: skip
+    group.add_argument(
         "--label", action="append", default=[], metavar="KEY=VALUE", help="Label recorded in run.json (repeatable)"
     )
+    add_rate_options(group)
     add_client_options(group)
+    add_workload_options(group)
     add_server_options(group)
+    group.add_argument(
+        "--records-window", type=positive_int, default=200_000, metavar="N",
+        help="Records a worker ships that the master has not written yet, at most; the rest wait on the worker "
+             "(backpressure when the master cannot keep up)",
+    )  # fmt: skip
+    bind_web_ui_to_loopback(parser)
+
+
+WEB_HOST_DEFAULT = "127.0.0.1"
+"""Where the web UI listens when llm-locust is loaded and ``--web-host`` is not given."""
+
+
+def bind_web_ui_to_loopback(parser) -> None:
+    """Make Locust's ``--web-host`` default 127.0.0.1 instead of every interface.
+
+    The web UI starts and stops the load and, with ``--run-dir``, serves ``requests.csv``; a UI
+    others must reach is a choice: ``--web-host 0.0.0.0`` (or ``LOCUST_WEB_HOST``), with
+    ``--web-login`` to protect it.
+    """
+    for action in parser._actions:  # configargparse/argparse keep no public lookup by dest
+        if action.dest == "web_host":
+            action.help = (
+                f"Host to bind the web interface to. Defaults to {WEB_HOST_DEFAULT} with llm-locust "
+                "(only this machine); '*' or 0.0.0.0 for all interfaces (add --web-login)"
+            )
+    parser.set_defaults(web_host=WEB_HOST_DEFAULT)
+
+
+def add_rate_options(group) -> None:
+    """The request-rate (open-loop) shape's options (:class:`~llm_locust.master.rateshape.RateShape`)."""
+    group.add_argument(
+        "--rate", type=non_negative_float, default=0.0, metavar="R",
+        help="Requests per second over all workers, sent on a fixed schedule (--shape rate); held --dwell-s",
+    )  # fmt: skip
+    group.add_argument(
+        "--rates", default="", metavar="R1,R2,...",
+        help="Rate ladder (requests/s), each rate held --dwell-s (--shape rate), e.g. 1,2,4,8",
+    )  # fmt: skip
+    group.add_argument(
+        "--arrival", default="constant", choices=["constant", "poisson"],
+        help="Spacing of the sends: constant (evenly spaced) or poisson (random; see --burstiness)",
+    )  # fmt: skip
+    group.add_argument(
+        "--burstiness", type=positive_float, default=1.0,
+        help="With --arrival poisson: gamma shape of the gaps (1 = Poisson, < 1 burstier, > 1 more regular; "
+             "as vLLM's benchmark --burstiness)",
+    )  # fmt: skip
+    group.add_argument(
+        "--max-users", type=positive_int, default=100, metavar="N",
+        help="Rate runs: users over all workers that send the schedule (one request each at a time); "
+             "a send due when none is free leaves late, its lag recorded",
+    )  # fmt: skip
+    group.add_argument(
+        "--rate-seed", type=int, default=-1, metavar="N",
+        help="Seed of the poisson schedule (worker i draws with N + i); -1: a new one per run (in run.json)",
+    )  # fmt: skip
 
 
 def add_client_options(group) -> None:
@@ -158,6 +366,16 @@ def add_client_options(group) -> None:
     group.add_argument(
         "--payload-file", default="",
         help="A JSON body sent verbatim with every request (or a JSON list of prompts, like --prompts-file)",
+    )  # fmt: skip
+    group.add_argument(
+        "--protocol-format", default="", metavar="FILE",
+        help="With --protocol generic: TOML file giving the path, the body template and where the text, "
+             "token count, finish reason and error sit in the JSON answer (SSE, JSON lines or one body)",
+    )  # fmt: skip
+    group.add_argument(
+        "--no-stream", action="store_true", default=False,
+        help="Ask for one JSON answer instead of a stream (openai-chat, openai-completions; tgi: /generate): "
+             "E2E and tokens are recorded, TTFT stays empty",
     )  # fmt: skip
     group.add_argument(
         "--include-usage", type=parse_bool, default=True, metavar="BOOL",
@@ -176,18 +394,39 @@ def add_client_options(group) -> None:
         help="Reuse connections between requests (false: a new connection per request)",
     )  # fmt: skip
     group.add_argument(
+        "--backoff", type=parse_bool, default=True, metavar="BOOL",
+        help="Pause a user after a refused connection, a 429 or a 5xx (0.1 s doubling to 2 s with jitter, or the "
+             "server's Retry-After up to 10 s); false sends the next request at once",
+    )  # fmt: skip
+    group.add_argument(
         "--connections", type=int, default=0, metavar="N",
         help="Connections shared by all users of a worker (0: one per user); fewer than users queues requests "
              "client-side, recorded as conn_wait_ms",
     )  # fmt: skip
-    group.add_argument("--connect-timeout-s", type=non_negative_float, default=60.0,
-                       help="Fail a request (connect_timeout) when no connection opens in this time; 0 = off")
-    group.add_argument("--ttft-timeout-s", type=non_negative_float, default=900.0,
-                       help="Fail a request (ttft_timeout) with no token this long after sending; 0 = off")
-    group.add_argument("--stall-timeout-s", type=non_negative_float, default=300.0,
-                       help="Fail a request (stall_timeout) when no SSE event comes for this long after the first token; 0 = off")
-    group.add_argument("--total-timeout-s", type=non_negative_float, default=0.0,
-                       help="Fail a request (total_timeout) that takes longer than this; 0 = off (default)")
+    group.add_argument(
+        "--connect-timeout-s",
+        type=non_negative_float,
+        default=60.0,
+        help="Fail a request (connect_timeout) when no connection opens in this time; 0 = off",
+    )
+    group.add_argument(
+        "--ttft-timeout-s",
+        type=non_negative_float,
+        default=900.0,
+        help="Fail a request (ttft_timeout) with no token this long after sending; 0 = off",
+    )
+    group.add_argument(
+        "--stall-timeout-s",
+        type=non_negative_float,
+        default=300.0,
+        help="Fail a request (stall_timeout) when no SSE event comes for this long after the first token; 0 = off",
+    )
+    group.add_argument(
+        "--total-timeout-s",
+        type=non_negative_float,
+        default=0.0,
+        help="Fail a request (total_timeout) that takes longer than this; 0 = off (default)",
+    )
 
 
 def add_server_options(group) -> None:
@@ -196,6 +435,12 @@ def add_server_options(group) -> None:
         "--server-log", default="", metavar="PATH",
         help="Follow this server log file during the run (on the master); copied into the run "
              "directory as server.log, each line stamped on arrival",
+    )  # fmt: skip
+    group.add_argument(
+        "--server-log-cmd", default="", metavar="CMD",
+        help="Follow the output of this command as the server's log (on the master), e.g. "
+             "\"kubectl logs -f deploy/vllm\", \"ssh gpu1 tail -F /var/log/vllm.log\", \"docker logs -f tgi\"; "
+             "stamped on arrival like --server-log; stopped at the end",
     )  # fmt: skip
     group.add_argument(
         "--server-metrics-url", action="append", default=[], metavar="URL",

@@ -9,6 +9,6 @@ from __future__ import annotations
 
 from locust import events
 
-from llm_locust.recorder import install
+from llm_locust.master.recorder import install
 
 install(events)

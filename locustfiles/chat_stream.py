@@ -5,7 +5,7 @@
 """
 
 import llm_locust.plugin  # noqa: F401  (options, record shipping, run directory)
-from llm_locust.user import LLMUser
+from llm_locust.client.user import LLMUser
 
 
 class ChatUser(LLMUser):

@@ -6,8 +6,8 @@
 """
 
 import llm_locust.plugin  # noqa: F401  (options, record shipping, run directory)
-from llm_locust.shapes import LadderShape  # noqa: F401  (Locust picks the shape up from this module)
-from llm_locust.user import LLMUser
+from llm_locust.client.user import LLMUser
+from llm_locust.master.shapes import LadderShape  # noqa: F401  (Locust picks the shape up from this module)
 
 
 class ChatUser(LLMUser):

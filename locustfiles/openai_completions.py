@@ -7,7 +7,7 @@
 from locust import events
 
 import llm_locust.plugin  # noqa: F401  (options, record shipping, run directory)
-from llm_locust.user import LLMUser
+from llm_locust.client.user import LLMUser
 
 
 @events.init_command_line_parser.add_listener

@@ -4,7 +4,7 @@ What it shows, refreshed every 2 s: a table per request name (requests, failures
 p50/p90/p99, TPOT p50/p90, ITL p99, decode rate p50, output tokens/s, mean output tokens); charts
 over time of TTFT p50/p95, output tokens/s, client in-flight against the server's running and
 waiting, and errors/s by kind, with the ladder's steps marked; the current step, the finished
-steps' table and the critical concurrency so far (the post-run rule, :mod:`analysis.knee`, on the
+steps' table and the critical concurrency so far (the post-run rule, :mod:`analysis.verdict.knee`, on the
 steps finished so far); CSV downloads in Locust's "Download Data" tab.
 
 How it plugs into Locust, and why this way
@@ -31,8 +31,8 @@ So the tab uses only what every Locust in the supported range (``locust>=2.43,<3
    its own — nothing here depends on Locust's JavaScript internals to produce the data.
 
 Data flow on the master: the request records that already ride ``report_to_master`` reach a
-second sink of the run's :class:`~llm_locust.shipping.RecordShipper`; the scraper's samples
-reach a second sink of the run's :class:`~llm_locust.scraper.MetricsScraper`
+second sink of the run's :class:`~llm_locust.master.shipping.RecordShipper`; the scraper's samples
+reach a second sink of the run's :class:`~llm_locust.master.scraper.MetricsScraper`
 (:class:`~llm_locust.live.view.LiveView` explains the rest).
 """
 
@@ -49,8 +49,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["LiveView", "install_live_view"]
 
 
-def install_live_view(environment, *, shipper, scraper_sinks: list | None = None,
-                      requests_csv: Path | None = None) -> LiveView:
+def install_live_view(
+    environment, *, shipper, scraper_sinks: list | None = None, requests_csv: Path | None = None
+) -> LiveView:
     """Add the LLM tab to ``environment.web_ui`` and feed it from the run's record shipper.
 
     Parameters
@@ -58,7 +59,7 @@ def install_live_view(environment, *, shipper, scraper_sinks: list | None = None
     environment : locust.env.Environment
         A master or standalone environment whose ``web_ui`` is created but not yet started
         (Locust's ``init`` event).
-    shipper : llm_locust.shipping.RecordShipper
+    shipper : llm_locust.master.shipping.RecordShipper
         The process's record shipper; the view becomes one of its sinks.
     scraper_sinks : list, optional
         The list of extra sinks the run's scraper hands every scrape to; the view appends its own.

@@ -1,9 +1,9 @@
 """The master's live store of request records: per-name table and time series for the LLM tab.
 
 Fed with the rows that already reach the master (``RequestRecord.to_row()`` batches, from the
-:class:`~llm_locust.shipping.RecordShipper` sink), so it counts exactly the requests Locust's own
-stats count. Each record keeps six numbers in compact arrays (``array('d')`` / ``array('i')``,
-about 40 bytes a request); percentiles are always taken over the raw values of every worker,
+:class:`~llm_locust.master.shipping.RecordShipper` sink), so it counts exactly the requests Locust's own
+stats count. Each record keeps seven numbers in compact arrays (``array('d')`` / ``array('i')``,
+about 48 bytes a request); percentiles are always taken over the raw values of every worker,
 never averaged across workers.
 
 Clocks: ``t_start_s`` is wall clock (Unix s); a request *completes* at
@@ -25,8 +25,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.metrics import with_request_metrics
+from llm_locust.client.record import COLUMN_INDEX, ErrorKind, row_float, row_text
+from llm_locust.jsonsafe import json_safe
 from llm_locust.live.sketch import LogHistogram
-from llm_locust.record import CSV_COLUMNS, ErrorKind
 
 BUCKET_S = 2.0
 """Width of one time-series bucket, s (the view refreshes at this period)."""
@@ -36,11 +37,19 @@ MAX_POINTS = 1800
 """Most recent points returned by :meth:`LiveRecords.series` (one hour at 2 s)."""
 
 TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("name", "Name"), ("requests", "Requests"), ("failures", "Fails"),
-    ("failures_by_kind", "Fails by kind"), ("ttft_p50_ms", "TTFT p50 ms"),
-    ("ttft_p90_ms", "TTFT p90 ms"), ("ttft_p99_ms", "TTFT p99 ms"), ("tpot_p50_ms", "TPOT p50 ms"),
-    ("tpot_p90_ms", "TPOT p90 ms"), ("itl_p99_ms", "ITL p99 ms"), ("decode_tps_p50", "Decode tok/s p50"),
-    ("output_tps", "Output tok/s"), ("mean_output_tokens", "Mean output tokens"),
+    ("name", "Name"),
+    ("requests", "Requests"),
+    ("failures", "Fails"),
+    ("failures_by_kind", "Fails by kind"),
+    ("ttft_p50_ms", "TTFT p50 ms"),
+    ("ttft_p90_ms", "TTFT p90 ms"),
+    ("ttft_p99_ms", "TTFT p99 ms"),
+    ("tpot_p50_ms", "TPOT p50 ms"),
+    ("tpot_p90_ms", "TPOT p90 ms"),
+    ("itl_p99_ms", "ITL p99 ms"),
+    ("decode_tps_p50", "Decode tok/s p50"),
+    ("output_tps", "Output tok/s"),
+    ("mean_output_tokens", "Mean output tokens"),
 )
 """(key, title) of the live table's columns, in order."""
 
@@ -52,9 +61,7 @@ try:
 except ImportError:  # pragma: no cover - an analysis/ without the ITL definition: the column stays empty
     request_itl = None
 
-_COL = {name: i for i, name in enumerate(CSV_COLUMNS)}
-_TOKEN_TIMES = _COL.get("token_times_us") if request_itl is not None else None  # None: no per-event times
-_EVENT_TOKENS = _COL.get("event_tokens")
+_HAVE_ITL = request_itl is not None and "token_times_us" in COLUMN_INDEX  # False: no per-event times
 
 
 @dataclass(slots=True)
@@ -95,6 +102,7 @@ class LiveRecords:
         self._ttft_ms = array("d")
         self._e2e_ms = array("d")
         self._output_tokens = array("d")
+        self._scheduled_s = array("d")  # a request-rate run's planned send (NaN otherwise)
         self._name = array("i")
         self._kind = array("i")
         self._buckets: dict[int, _Bucket] = {}
@@ -118,25 +126,26 @@ class LiveRecords:
         self._itl = {}
 
     def add_rows(self, rows: list[tuple]) -> None:
-        """Add a batch of ``requests.csv`` rows (:data:`~llm_locust.record.CSV_COLUMNS` order)."""
+        """Add a batch of ``requests.csv`` rows (:data:`~llm_locust.client.record.CSV_COLUMNS` order)."""
         for row in rows:
             self._add(row)
-        if _TOKEN_TIMES is not None:
+        if _HAVE_ITL:
             self._add_itl(rows)
 
     def _add(self, row: tuple) -> None:
-        t_start_s = float(row[_COL["t_start_s"]])
-        e2e_ms = _float(row[_COL["e2e_ms"]])
-        ttft_ms = _float(row[_COL["ttft_ms"]])
-        tokens = _float(row[_COL["output_tokens"]])
-        kind = str(row[_COL["error_kind"]] or "")
-        name = str(row[_COL["name"]])
+        t_start_s = row_float(row, "t_start_s")
+        e2e_ms = row_float(row, "e2e_ms")
+        ttft_ms = row_float(row, "ttft_ms")
+        tokens = row_float(row, "output_tokens")
+        kind = row_text(row, "error_kind")
+        name = row_text(row, "name")
         if self.t0_s is None:
             self.t0_s = t_start_s
         self._t_start_s.append(t_start_s)
         self._ttft_ms.append(ttft_ms)
         self._e2e_ms.append(e2e_ms)
         self._output_tokens.append(tokens)
+        self._scheduled_s.append(row_float(row, "scheduled_s"))
         self._name.append(self._names.setdefault(name, len(self._names)))
         self._kind.append(self._kinds.setdefault(kind, len(self._kinds)))
         t_end_s = t_start_s + (0.0 if math.isnan(e2e_ms) else e2e_ms / 1000.0)
@@ -155,14 +164,17 @@ class LiveRecords:
         per-name sketches (:mod:`llm_locust.live.sketch`)."""
         per_name: dict[str, tuple[list, list]] = {}
         for row in rows:
-            if row[_COL["error_kind"]]:
+            if row_text(row, "error_kind"):
                 continue
             values, weights = request_itl(
-                _float(row[_COL["ttft_ms"]]), _float(row[_COL["e2e_ms"]]), _float(row[_COL["output_tokens"]]),
-                str(row[_TOKEN_TIMES] or ""), str(row[_EVENT_TOKENS] or "") if _EVENT_TOKENS is not None else "",
+                row_float(row, "ttft_ms"),
+                row_float(row, "e2e_ms"),
+                row_float(row, "output_tokens"),
+                row_text(row, "token_times_us"),
+                row_text(row, "event_tokens"),
             )
             if len(values):
-                bucket = per_name.setdefault(str(row[_COL["name"]]), ([], []))
+                bucket = per_name.setdefault(row_text(row, "name"), ([], []))
                 bucket[0].append(values)
                 bucket[1].append(weights)
         for name, (values, weights) in per_name.items():
@@ -197,22 +209,27 @@ class LiveRecords:
     def requests_frame(self) -> pd.DataFrame:
         """All records as a frame with :func:`analysis.metrics.with_request_metrics` columns.
 
-        Columns ``name``, ``t_start_s``, ``ttft_ms``, ``e2e_ms``, ``output_tokens`` (float64) and
-        ``error_kind`` ("" for a success), plus the derived ``ok``, ``t_end_s``, ``tpot_ms`` and
-        ``decode_tps``. Rebuilt only when records arrived since the last call.
+        Columns ``name``, ``t_start_s``, ``ttft_ms``, ``e2e_ms``, ``output_tokens``,
+        ``scheduled_s`` (float64; NaN outside a request-rate run) and ``error_kind`` ("" for a
+        success), plus the derived ``ok``, ``t_end_s``, ``tpot_ms``, ``decode_tps`` and the
+        schedule's ``send_lag_ms``, ``ttft_from_schedule_ms``, ``e2e_from_schedule_ms``. Rebuilt
+        only when records arrived since the last call.
         """
         if self._frame is not None and self._frame[0] == len(self):
             return self._frame[1]
         names = np.array(list(self._names), dtype=object)
         kinds = np.array(list(self._kinds), dtype=object)
-        frame = pd.DataFrame({
-            "name": names[np.frombuffer(self._name, dtype=np.int32)] if len(self) else [],
-            "t_start_s": np.frombuffer(self._t_start_s, dtype=float).copy(),
-            "ttft_ms": np.frombuffer(self._ttft_ms, dtype=float).copy(),
-            "e2e_ms": np.frombuffer(self._e2e_ms, dtype=float).copy(),
-            "output_tokens": np.frombuffer(self._output_tokens, dtype=float).copy(),
-            "error_kind": kinds[np.frombuffer(self._kind, dtype=np.int32)] if len(self) else [],
-        })
+        frame = pd.DataFrame(
+            {
+                "name": names[np.frombuffer(self._name, dtype=np.int32)] if len(self) else [],
+                "t_start_s": np.frombuffer(self._t_start_s, dtype=float).copy(),
+                "ttft_ms": np.frombuffer(self._ttft_ms, dtype=float).copy(),
+                "e2e_ms": np.frombuffer(self._e2e_ms, dtype=float).copy(),
+                "output_tokens": np.frombuffer(self._output_tokens, dtype=float).copy(),
+                "scheduled_s": np.frombuffer(self._scheduled_s, dtype=float).copy(),
+                "error_kind": kinds[np.frombuffer(self._kind, dtype=np.int32)] if len(self) else [],
+            }
+        )
         frame = with_request_metrics(frame.astype({"name": str, "error_kind": str}))
         self._frame = (len(self), frame)
         return frame
@@ -235,7 +252,7 @@ class LiveRecords:
         horizon_s : float
             Wall clock (Unix s) up to which every completed request has arrived.
         """
-        frame = self.requests_frame().iloc[self._table_from:]
+        frame = self.requests_frame().iloc[self._table_from :]
         window_s = self.window_buckets * self.bucket_s
         rows = [self._row(name, group, horizon_s, window_s) for name, group in frame.groupby("name", sort=True)]
         rows.append(self._row(AGGREGATED, frame, horizon_s, window_s))
@@ -248,22 +265,27 @@ class LiveRecords:
     @staticmethod
     def _row(name: str, group: pd.DataFrame, horizon_s: float, window_s: float) -> dict:
         ok = group[group["ok"]]
-        failed = group.loc[~group["ok"], "error_kind"].value_counts().sort_index()
+        kinds = group.loc[~group["ok"], "error_kind"]
+        failed = kinds[kinds != "interrupted"].value_counts().sort_index()  # cut by the stop: no failure
         recent = ok[(ok["t_end_s"] > horizon_s - window_s) & (ok["t_end_s"] <= horizon_s)]
         ttft, tpot = ok["ttft_ms"].to_numpy(float), ok["tpot_ms"].to_numpy(float)
-        return _clean({
-            "name": name,
-            "requests": int(len(group)),
-            "failures": int((~group["ok"]).sum()),
-            "failures_by_kind": ", ".join(f"{kind}: {n}" for kind, n in failed.items()),
-            "ttft_p50_ms": _percentile(ttft, 50), "ttft_p90_ms": _percentile(ttft, 90),
-            "ttft_p99_ms": _percentile(ttft, 99),
-            "tpot_p50_ms": _percentile(tpot, 50), "tpot_p90_ms": _percentile(tpot, 90),
-            "itl_p99_ms": math.nan,
-            "decode_tps_p50": _percentile(ok["decode_tps"].to_numpy(float), 50),
-            "output_tps": float(recent["output_tokens"].sum()) / window_s if len(group) else math.nan,
-            "mean_output_tokens": float(ok["output_tokens"].mean()) if len(ok) else math.nan,
-        })
+        return _clean(
+            {
+                "name": name,
+                "requests": int(len(group)),
+                "failures": int(failed.sum()),
+                "failures_by_kind": ", ".join(f"{kind}: {n}" for kind, n in failed.items()),
+                "ttft_p50_ms": _percentile(ttft, 50),
+                "ttft_p90_ms": _percentile(ttft, 90),
+                "ttft_p99_ms": _percentile(ttft, 99),
+                "tpot_p50_ms": _percentile(tpot, 50),
+                "tpot_p90_ms": _percentile(tpot, 90),
+                "itl_p99_ms": math.nan,
+                "decode_tps_p50": _percentile(ok["decode_tps"].to_numpy(float), 50),
+                "output_tps": float(recent["output_tokens"].sum()) / window_s if len(group) else math.nan,
+                "mean_output_tokens": float(ok["output_tokens"].mean()) if len(ok) else math.nan,
+            }
+        )
 
     # ---- time series ----------------------------------------------------------------------
 
@@ -285,8 +307,16 @@ class LiveRecords:
         Only buckets ending at or before ``horizon_s`` are returned (later ones still miss
         records), at most :data:`MAX_POINTS` of them, the most recent.
         """
-        empty = {"t_s": [], "ttft_p50_ms": [], "ttft_p95_ms": [], "output_tps": [], "request_rps": [],
-                 "error_rate_per_s": [], "errors_per_s": {}, "client_inflight": []}
+        empty = {
+            "t_s": [],
+            "ttft_p50_ms": [],
+            "ttft_p95_ms": [],
+            "output_tps": [],
+            "request_rps": [],
+            "error_rate_per_s": [],
+            "errors_per_s": {},
+            "client_inflight": [],
+        }
         if self.t0_s is None or horizon_s <= self.t0_s:
             return empty
         n_points = int((horizon_s - self.t0_s) // self.bucket_s)
@@ -320,9 +350,14 @@ class LiveRecords:
         errors = Counter()
         for bucket in window:
             errors.update(bucket.errors)
-        point = (_finite(_percentile(ttft, 50)), _finite(_percentile(ttft, 95)),
-                 sum(b.output_tokens for b in window) / length_s, sum(b.ok for b in window) / length_s,
-                 self._buckets.get(k, blank).inflight_s / self.bucket_s, dict(errors))
+        point = (
+            json_safe(_percentile(ttft, 50)),
+            json_safe(_percentile(ttft, 95)),
+            sum(b.output_tokens for b in window) / length_s,
+            sum(b.ok for b in window) / length_s,
+            self._buckets.get(k, blank).inflight_s / self.bucket_s,
+            dict(errors),
+        )
         self._points[k] = point
         return point
 
@@ -336,22 +371,11 @@ class LiveRecords:
         return float(recent.max()) if len(recent) else 0.0
 
 
-def _float(value) -> float:
-    """A CSV-row cell as float: None/"" -> NaN."""
-    if value is None or value == "":
-        return math.nan
-    return float(value)
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
 def _clean(row: dict) -> dict:
     """NaN/inf -> None (JSON null, an empty cell); floats rounded for display."""
     out = {}
     for key, value in row.items():
         if isinstance(value, float):
-            value = round(value, 2) if math.isfinite(value) else None
+            value = json_safe(round(value, 2))
         out[key] = value
     return out

@@ -1,8 +1,8 @@
 """The server's live queue for the LLM tab: running, waiting, KV usage and generation rate.
 
-Fed by the run's :class:`~llm_locust.scraper.MetricsScraper` (as a second sink beside the
+Fed by the run's :class:`~llm_locust.master.scraper.MetricsScraper` (as a second sink beside the
 ``server_metrics.csv`` writer) with each scrape's long-format rows ``(t_s, source, metric,
-labels_json, value)``. Each scrape is normalised by :func:`analysis.server.server_series` — the
+labels_json, value)``. Each scrape is normalised by :func:`analysis.server.prometheus.metrics_series` — the
 same mapping tables the post-run analysis uses, so the live view and the report agree — on that
 scrape plus the previous one of the same source (so counters such as generated tokens become a
 rate over the interval that just ended). Several sources are combined as the analysis does:
@@ -16,8 +16,10 @@ import math
 
 import pandas as pd
 
-from analysis.server import SERIES_COLUMNS, server_series
-from llm_locust.rundir import SERVER_METRICS_COLUMNS
+from analysis.schema import SERVER_METRICS_COLUMNS
+from analysis.server.prometheus import metrics_series
+from analysis.server.series import VALUE_COLUMNS
+from llm_locust.jsonsafe import json_safe
 
 logger = logging.getLogger(__name__)
 
@@ -52,14 +54,14 @@ class LiveServerSeries:
         both = self._previous.get(source, []) + list(rows)
         self._previous[source] = list(rows)
         frame = pd.DataFrame(both, columns=list(SERVER_METRICS_COLUMNS)).astype({"t_s": float, "value": float})
-        series = server_series(frame)
+        series = metrics_series(frame)
         if series.empty:
             return
         t_s = float(rows[0][0])
         now = series[series["t_s"] == t_s]
         if now.empty:
             return
-        values = {column: float(now[column].iloc[-1]) for column in SERIES_COLUMNS if column != "t_s"}
+        values = {column: float(now[column].iloc[-1]) for column in VALUE_COLUMNS}
         before = series[series["t_s"] < t_s]
         for column in ("gen_tps", "prompt_tps", "preemptions_per_s"):  # rate over the interval just ended
             values[column] = float(before[column].iloc[-1]) if not before.empty else math.nan
@@ -78,15 +80,15 @@ class LiveServerSeries:
             del self.rows[: len(self.rows) - MAX_SAMPLES]
 
     def frame(self) -> pd.DataFrame:
-        """The samples as :func:`analysis.server.server_series` returns them (columns
-        :data:`analysis.server.SERIES_COLUMNS`), for :func:`analysis.steps.step_table`."""
-        return pd.DataFrame(self.rows, columns=list(SERIES_COLUMNS)).astype(float)
+        """The combined samples: ``t_s`` and the value columns of a normalised server series
+        (:data:`analysis.server.series.VALUE_COLUMNS`), for :func:`analysis.steps.step_table`."""
+        return pd.DataFrame(self.rows, columns=["t_s", *VALUE_COLUMNS]).astype(float)
 
     def to_json(self, *, since_s: float | None = None) -> dict[str, list]:
         """``{"t_s": [...], "running": [...], "waiting": [...], "kv_usage_ratio": [...],
         "gen_tps": [...]}`` (None where not exposed), samples at or after ``since_s``."""
         rows = [r for r in self.rows if since_s is None or r["t_s"] >= since_s]
         return {
-            column: [r[column] if math.isfinite(r[column]) else None for r in rows]
+            column: [json_safe(r[column]) for r in rows]
             for column in ("t_s", "running", "waiting", "kv_usage_ratio", "gen_tps")
         }

@@ -2,9 +2,9 @@
 
 Inputs (all on the master, or a standalone process):
 
-- request records: a sink on the run's :class:`~llm_locust.shipping.RecordShipper` (the rows that
+- request records: a sink on the run's :class:`~llm_locust.master.shipping.RecordShipper` (the rows that
   ride ``report_to_master``, the same message as Locust's own stats, so the counts agree);
-- server samples: a sink on the run's :class:`~llm_locust.scraper.MetricsScraper`;
+- server samples: a sink on the run's :class:`~llm_locust.master.scraper.MetricsScraper`;
 - the load shape's ``describe()`` (steps with wall-clock starts), the runner's state and user count.
 
 **Horizon.** Workers report every few seconds, so the master knows a completed request only
@@ -22,7 +22,16 @@ import time
 import gevent
 from locust.runners import STATE_STOPPED, MasterRunner
 
-from llm_locust.live.ladder import analyze_finished, critical_json, current_step, finished_steps, table_json
+from analysis.loadaxis import RATE, USERS
+from llm_locust.live.ladder import (
+    analyze_finished,
+    axis_json,
+    bottleneck_json,
+    critical_json,
+    current_step,
+    finished_steps,
+    table_json,
+)
 from llm_locust.live.records import LiveRecords
 from llm_locust.live.server import LiveServerSeries
 
@@ -80,7 +89,7 @@ class LiveView:
     # ---- inputs ---------------------------------------------------------------------------
 
     def add_records(self, rows: list[tuple]) -> None:
-        """Sink for :class:`~llm_locust.shipping.RecordShipper` (batches of request rows).
+        """Sink for :class:`~llm_locust.master.shipping.RecordShipper` (batches of request rows).
 
         Never raises: a row the view cannot read is logged (once) and the run goes on.
         """
@@ -92,7 +101,7 @@ class LiveView:
                 logger.exception("live view: could not take a batch of request records")
 
     def add_server_rows(self, rows: list[tuple]) -> None:
-        """Sink for :class:`~llm_locust.scraper.MetricsScraper` (one scrape's rows)."""
+        """Sink for :class:`~llm_locust.master.scraper.MetricsScraper` (one scrape's rows)."""
         self.server.add_rows(rows)
 
     def _on_test_start(self, **_kwargs) -> None:
@@ -162,12 +171,22 @@ class LiveView:
             if old_key == key or (old_key[0] == key[0] and not stopped and now - computed_at < ANALYSIS_EVERY_S):
                 return result
         if steps.empty:
-            result = {"steps_table": [], "critical": critical_json(None, finished=0)}
+            result = {
+                "steps_table": [],
+                "critical": critical_json(None, finished=0),
+                "bottleneck": bottleneck_json(None),
+            }
         else:
             warmup_s = float((description or {}).get("warmup_s") or 0.0)
-            table, critical = analyze_finished(self.records.requests_frame(), self.server.frame(), steps, warmup_s)
-            result = {"steps_table": table_json(table),
-                      "critical": critical_json(critical if len(steps) >= 2 else None, finished=len(steps))}
+            table, critical, verdict = analyze_finished(
+                self.records.requests_frame(), self.server.frame(), steps, warmup_s
+            )
+            enough = len(steps) >= 2
+            result = {
+                "steps_table": table_json(table),
+                "critical": critical_json(critical if enough else None, finished=len(steps)),
+                "bottleneck": bottleneck_json(verdict if enough else None),
+            }
         self._analysis = (key, now, result)
         return result
 
@@ -192,9 +211,12 @@ class LiveView:
             "table": self.table(),
             "series": self.records.series(horizon_s=horizon_s, settle_s=settle_s),
             "server": self.server.to_json(since_s=t0_s),
-            "users": {"t_s": [t for t, _ in self.users[-MAX_USER_SAMPLES:]],
-                      "users": [u for _, u in self.users[-MAX_USER_SAMPLES:]]},
+            "users": {
+                "t_s": [t for t, _ in self.users[-MAX_USER_SAMPLES:]],
+                "users": [u for _, u in self.users[-MAX_USER_SAMPLES:]],
+            },
             "shape": _shape_json(description),
+            "load_axis": axis_json(RATE if _rate_run(description) else USERS),
             "current_step": current_step(description, now_s=now_s),
             **self.ladder(description, horizon_s),
         }
@@ -202,12 +224,27 @@ class LiveView:
         return data
 
 
+def _rate_run(description: dict | None) -> bool:
+    """A request-rate run: its steps carry ``rate_rps`` (or its shape says ``kind: rate``)."""
+    description = description or {}
+    return description.get("kind") == "rate" or any(
+        s.get("rate_rps") is not None for s in description.get("steps") or []
+    )
+
+
 def _shape_json(description: dict | None) -> dict | None:
     if description is None:
         return None
-    keep = ("kind", "ladder", "dwell_s", "warmup_s", "requests")
+    keep = ("kind", "ladder", "rates", "dwell_s", "warmup_s", "requests")
     out = {k: description[k] for k in keep if k in description}
-    out["steps"] = [{"index": s["index"], "users": s["users"], "start_s": s["start_s"], "end_s": s.get("end_s")}
-                    for s in description.get("steps") or []]
+    out["steps"] = [
+        {
+            "index": s["index"],
+            "users": s["users"],
+            "rate_rps": s.get("rate_rps"),
+            "start_s": s["start_s"],
+            "end_s": s.get("end_s"),
+        }
+        for s in description.get("steps") or []
+    ]
     return out
-

@@ -29,8 +29,9 @@ from pathlib import Path
 
 from flask import Blueprint, Response, make_response, request, send_file, send_from_directory
 
-from analysis.server import time_average
-from llm_locust.live.ladder import STEP_COLUMNS
+from analysis.server.series import time_average
+from llm_locust.jsonsafe import json_safe
+from llm_locust.live.ladder import step_columns
 from llm_locust.live.records import TABLE_COLUMNS
 
 TAB_KEY = "llm"
@@ -46,8 +47,9 @@ PAGE = """<!doctype html>
 """
 """The standalone charts page (``/llm/``)."""
 
-INJECT = ('<link rel="stylesheet" href="./llm/static/llm_live.css">'
-          '<script defer src="./llm/static/llm_live.js"></script>')
+INJECT = (
+    '<link rel="stylesheet" href="./llm/static/llm_live.css"><script defer src="./llm/static/llm_live.js"></script>'
+)
 """Added to Locust's index page: mounts the charts into the LLM tab."""
 
 
@@ -67,16 +69,6 @@ def template_args(*, with_requests_csv: bool) -> dict:
     }
 
 
-def _json_safe(value):
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def _csv_response(header: list[str], rows: list[list], filename: str) -> Response:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
@@ -90,19 +82,38 @@ def _csv_response(header: list[str], rows: list[list], filename: str) -> Respons
 
 def series_rows(snapshot: dict, server) -> tuple[list[str], list[list]]:
     """The time series as CSV: one row per bucket end ``t_s``; server running/waiting/KV usage
-    time-averaged over the bucket (:func:`analysis.server.time_average`)."""
+    time-averaged over the bucket (:func:`analysis.server.series.time_average`)."""
     series, bucket_s = snapshot["series"], snapshot["bucket_s"]
     kinds = sorted(series["errors_per_s"])
-    header = ["t_s", "elapsed_s", "ttft_p50_ms", "ttft_p95_ms", "output_tps", "request_rps", "error_rate_per_s",
-              "client_inflight", "server_running", "server_waiting", "kv_usage_ratio",
-              *[f"errors_per_s_{kind}" for kind in kinds]]
+    header = [
+        "t_s",
+        "elapsed_s",
+        "ttft_p50_ms",
+        "ttft_p95_ms",
+        "output_tps",
+        "request_rps",
+        "error_rate_per_s",
+        "client_inflight",
+        "server_running",
+        "server_waiting",
+        "kv_usage_ratio",
+        *[f"errors_per_s_{kind}" for kind in kinds],
+    ]
     rows = []
     for i, t_s in enumerate(series["t_s"]):
-        averages = [time_average(server["t_s"], server[c], t_s - bucket_s, t_s) if not server.empty else math.nan
-                    for c in ("running", "waiting", "kv_usage_ratio")]
-        rows.append([t_s, round(t_s - snapshot["t0_s"], 3), *[series[c][i] for c in header[2:8]],
-                     *[None if math.isnan(a) else round(a, 4) for a in averages],
-                     *[series["errors_per_s"][kind][i] for kind in kinds]])
+        averages = [
+            time_average(server["t_s"], server[c], t_s - bucket_s, t_s) if not server.empty else math.nan
+            for c in ("running", "waiting", "kv_usage_ratio")
+        ]
+        rows.append(
+            [
+                t_s,
+                round(t_s - snapshot["t0_s"], 3),
+                *[series[c][i] for c in header[2:8]],
+                *[json_safe(round(a, 4)) for a in averages],
+                *[series["errors_per_s"][kind][i] for kind in kinds],
+            ]
+        )
     return header, rows
 
 
@@ -129,7 +140,7 @@ def install_routes(web_ui, view, *, requests_csv: Path | None, base_path: str = 
     @blueprint.route("/data")
     @auth
     def data() -> Response:
-        response = make_response(json.dumps(_json_safe(view.snapshot()), allow_nan=False))
+        response = make_response(json.dumps(json_safe(view.snapshot()), allow_nan=False))
         response.headers["Content-Type"] = "application/json"
         response.headers["Cache-Control"] = "no-store"
         return response
@@ -158,15 +169,17 @@ def install_routes(web_ui, view, *, requests_csv: Path | None, base_path: str = 
     @auth
     def steps_csv() -> Response:
         rows = view.snapshot()["steps_table"]
-        return _csv_response(list(STEP_COLUMNS), [[row.get(k) for k in STEP_COLUMNS] for row in rows], "llm_steps.csv")
+        columns = step_columns(rows)
+        return _csv_response(columns, [[row.get(k) for k in columns] for row in rows], "llm_steps.csv")
 
     @blueprint.route("/requests.csv")
     @auth
     def requests_csv_route() -> Response:
         if requests_csv is None or not requests_csv.is_file():
             return make_response("No run directory: start Locust with --run-dir to record requests.csv", 404)
-        return send_file(requests_csv, mimetype="text/csv", as_attachment=True, download_name="llm_requests.csv",
-                         max_age=0)
+        return send_file(
+            requests_csv, mimetype="text/csv", as_attachment=True, download_name="llm_requests.csv", max_age=0
+        )
 
     web_ui.app.register_blueprint(blueprint)
     web_ui.template_args.update(template_args(with_requests_csv=requests_csv is not None))
@@ -181,7 +194,7 @@ def install_routes(web_ui, view, *, requests_csv: Path | None, base_path: str = 
             # Locust's own rows in one response always come from the same instant.
             if not getattr(response, "_llm_extended", False):
                 payload = response.get_json()
-                payload["extended_stats"] = [{"key": TAB_KEY, "data": _json_safe(view.table())}]
+                payload["extended_stats"] = [{"key": TAB_KEY, "data": json_safe(view.table())}]
                 response.set_data(json.dumps(payload, allow_nan=False))
                 response._llm_extended = True
         elif endpoint in ("locust.index", "index") and response.mimetype == "text/html":

@@ -23,11 +23,24 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from llm_locust.simserver.config import SimConfig, add_arguments, config_from_args
-from llm_locust.simserver.server import run, serve
+
+if TYPE_CHECKING:
+    from llm_locust.simserver.server import run, serve
 
 __all__ = ["SimConfig", "add_arguments", "run", "run_from_args", "serve"]
+
+
+def __getattr__(name: str):
+    """``run`` and ``serve`` load the server (aiohttp) on first use: ``llm-locust analyze`` builds
+    the command line with :func:`add_arguments` and never serves."""
+    if name in ("run", "serve"):
+        from llm_locust.simserver import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_from_args(args: argparse.Namespace) -> None:
@@ -40,7 +53,7 @@ def run_from_args(args: argparse.Namespace) -> None:
         With status 2 and a one-line message when a setting is out of range (see ``SimConfig``)
         or the address cannot be bound (port taken).
     """
-    from llm_locust.simserver.server import BindError
+    from llm_locust.simserver.server import BindError, run
 
     try:
         config = config_from_args(args)

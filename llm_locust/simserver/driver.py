@@ -5,19 +5,29 @@ its request's queue. Sleeps follow an absolute schedule (``next_t += step``; sle
 ``next_t - now``), so event-loop overhead does not accumulate over steps; after more than
 :data:`MAX_LAG_S` behind (a stalled loop) the schedule restarts from now instead of bursting.
 While the engine is idle the task waits on an ``asyncio.Event`` set by :meth:`submit` (no busy
-loop), and the schedule restarts at the next request.
+loop), and the schedule restarts at the next request. While a static batch fills
+(``BatchEngine.fill_deadline_s``) it waits on the same event, at most until that deadline.
+Requests are stamped with the loop clock (``arrival_s``) when submitted.
 
 An optional listener (an engine flavour's log writer, ``flavors/``) is told of every
-submission, step begin and end, and abort, with the wall-clock time (Unix s).
+submission, rejection (queue full), step begin and end, and abort, with the wall-clock time (Unix s).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Protocol
 
-from llm_locust.simserver.engine import BatchEngine, SimRequest, StepPlan, StepResult, TokenOutput
+from llm_locust.simserver.engine import (
+    BatchEngine,
+    QueueFullError,
+    SimRequest,
+    StepPlan,
+    StepResult,
+    TokenOutput,
+)
 
 MAX_LAG_S = 0.25
 """How far behind its schedule the step loop may run before it resets the schedule, s."""
@@ -33,6 +43,8 @@ class EngineListener(Protocol):
     def on_step_end(self, result: StepResult, wall_s: float) -> None: ...
 
     def on_abort(self, request_id: str, wall_s: float) -> None: ...
+
+    def on_reject(self, request: SimRequest, wall_s: float) -> None: ...
 
 
 class EngineDriver:
@@ -62,7 +74,13 @@ class EngineDriver:
         ValueError
             From :meth:`BatchEngine.add_request` for impossible token counts.
         """
-        self.engine.add_request(request)
+        request.arrival_s = asyncio.get_running_loop().time()
+        try:
+            self.engine.add_request(request)
+        except QueueFullError:
+            if self.listener is not None:
+                self.listener.on_reject(request, time.time())
+            raise
         queue: asyncio.Queue[TokenOutput] = asyncio.Queue()
         self._queues[request.request_id] = queue
         self._wake.set()
@@ -84,10 +102,15 @@ class EngineDriver:
         loop = asyncio.get_running_loop()
         next_t: float | None = None
         while True:
-            plan = self.engine.begin_step()
+            plan = self.engine.begin_step(loop.time())
             if plan is None:
                 self._wake.clear()
-                await self._wake.wait()
+                deadline_s = self.engine.fill_deadline_s
+                if deadline_s is None:
+                    await self._wake.wait()
+                else:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), max(0.0, deadline_s - loop.time()))
                 next_t = None
                 continue
             if self.listener is not None:

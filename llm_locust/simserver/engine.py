@@ -17,12 +17,34 @@ Model of one step
    free KV. No chunked prefill: a context larger than the whole budget is admitted only into an
    otherwise empty step. The queue is never reordered to skip a blocked head.
 3. Duration, ms: ``slowdown * (decode_base_ms + decode_per_seq_ms * B + prefill_ms_per_token * P)``
-   with B the sequences in the batch after admission and P the context tokens prefilled.
+   with B the sequences in the batch after admission and P the context tokens prefilled; with
+   ``roofline`` the decode part is ``max(decode_base_ms, decode_per_seq_ms * B)`` instead: a
+   decode step reads all the weights whatever the batch (memory-bound, flat) until the batch's
+   arithmetic makes it compute-bound (growing with B) - the roofline model of decode on a GPU,
+   where output throughput rises linearly up to ``decode_base_ms / decode_per_seq_ms``
+   sequences and is flat beyond.
 4. End of step: each of the B sequences gets one token (admitted ones get their first token);
    a sequence finishes when it reaches ``stop_after_tokens``: ``length`` if that equals
    ``max_tokens``, else ``stop`` (an early EOS).
 
 KV held by a running request = prompt + generated tokens; usage = held / capacity.
+
+Variants (each a model of a real server behaviour)
+--------------------------------------------------
+- ``effective_max_num_seqs`` > 0: the ceiling the scheduler really applies, while the startup log
+  and metrics still announce ``max_num_seqs`` - a setting that did not take effect (a wrapper that
+  drops the flag, a server that serialises requests behind a lock). With 1, batching is off.
+- ``batching="static"``: a batch is formed only when no sequence runs, and then runs to
+  completion (no admission while any sequence of it is still decoding), as llama.cpp's server
+  does with ``--no-cont-batching`` (``update_slots``: prompts are batched in only when
+  ``cont_batching || batch.n_tokens == 0``). With ``batch_wait_ms`` > 0 the batch waits to fill:
+  the batcher, once free (no batch running) with a request waiting, collects until ``ceiling``
+  requests wait or ``batch_wait_ms`` has passed, then runs the batch (an in-house batcher's
+  ``collect(max_batch_size, timeout)`` loop; Triton's dynamic batcher bounds the delay the same
+  way with ``max_queue_delay_microseconds``). The wait a batch reports is that collection time:
+  the full ``batch_wait_ms`` when batches do not fill, 0 when a full batch was waiting. This
+  needs the clock: :meth:`BatchEngine.begin_step` takes ``now_s`` and, while a batch fills, returns
+  None with :attr:`BatchEngine.fill_deadline_s` set.
 """
 
 from __future__ import annotations
@@ -38,6 +60,10 @@ class FinishReason(str, enum.Enum):
     STOP = "stop"
     LENGTH = "length"
     ABORT = "abort"
+
+
+BATCHING_MODES: tuple[str, ...] = ("continuous", "static")
+"""Scheduler kinds: continuous batching (vLLM V1) or static batches run to completion."""
 
 
 class QueueFullError(RuntimeError):
@@ -64,6 +90,9 @@ class SimRequest:
     counted_prompt : bool
         Set once the prompt was counted in ``prompt_tokens_total`` (a recompute after a
         preemption is not counted again).
+    arrival_s : float, default 0.0
+        When the request reached the engine, s on the clock of ``begin_step``'s ``now_s``
+        (the driver's loop clock); used by static batching's batch wait.
     """
 
     request_id: str
@@ -72,6 +101,7 @@ class SimRequest:
     stop_after_tokens: int
     generated_tokens: int = 0
     counted_prompt: bool = False
+    arrival_s: float = 0.0
 
     @property
     def context_tokens(self) -> int:
@@ -95,6 +125,10 @@ class StepPlan:
         Context tokens prefilled in this step.
     duration_ms : float
         Step time, ms (formula in the module docstring).
+    batch_wait_ms : float or None, default None
+        Static batching only, in the step that forms a new batch: how long the batcher held
+        the batch open to fill, ms - from when it was free (the previous batch done) and a
+        request waited, to the start; 0 when a full batch was waiting. None otherwise.
     """
 
     batch: tuple[str, ...]
@@ -102,6 +136,7 @@ class StepPlan:
     preempted: tuple[str, ...]
     prefill_tokens: int
     duration_ms: float
+    batch_wait_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,7 +164,8 @@ class StepResult:
 class BatchEngine:
     """The scheduler state and its counters.
 
-    Parameters are those of ``SimConfig`` with the same names (times in ms, sizes in tokens).
+    Parameters are those of ``SimConfig`` with the same names (times in ms, sizes in tokens);
+    ``batching`` is ``"continuous"`` or ``"static"`` (module docstring).
     Counters (cumulative since start): ``prompt_tokens_total`` (each request's prompt once, at
     its first admission), ``generation_tokens_total``, ``num_preemptions_total`` and
     ``finished_total`` by :class:`FinishReason` (aborts included).
@@ -143,6 +179,10 @@ class BatchEngine:
     kv_capacity_tokens: int = 65536
     max_queue: int = 0
     slowdown: float = 1.0
+    effective_max_num_seqs: int = 0
+    batching: str = "continuous"
+    batch_wait_ms: float = 0.0
+    roofline: bool = False
     waiting: deque[SimRequest] = field(init=False, default_factory=deque)
     running: list[SimRequest] = field(init=False, default_factory=list)
     prompt_tokens_total: int = field(init=False, default=0)
@@ -151,7 +191,21 @@ class BatchEngine:
     finished_total: dict[FinishReason, int] = field(
         init=False, default_factory=lambda: {reason: 0 for reason in FinishReason}
     )
+    fill_deadline_s: float | None = field(init=False, default=None)
+    """Static batching: when the batch now filling starts at the latest (``now_s`` clock), while
+    :meth:`begin_step` returned None with requests waiting; None otherwise."""
     _plan: StepPlan | None = field(init=False, default=None, repr=False)
+    _free_since_s: float | None = field(init=False, default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.batching not in BATCHING_MODES:
+            raise ValueError(f"batching must be one of {list(BATCHING_MODES)}, got {self.batching!r}")
+
+    @property
+    def ceiling(self) -> int:
+        """The batch ceiling the scheduler applies: ``effective_max_num_seqs`` when set, else
+        ``max_num_seqs``."""
+        return self.effective_max_num_seqs or self.max_num_seqs
 
     @property
     def num_running(self) -> int:
@@ -194,7 +248,7 @@ class BatchEngine:
             raise ValueError(f"bad token counts in {request!r}")
         if request.prompt_tokens + request.max_tokens > self.kv_capacity_tokens:
             raise ValueError("prompt_tokens + max_tokens exceeds kv_capacity_tokens")
-        free_slots = max(0, self.max_num_seqs - len(self.running))
+        free_slots = max(0, self.ceiling - len(self.running))
         if self.max_queue > 0 and len(self.waiting) >= self.max_queue + free_slots:
             raise QueueFullError(f"{len(self.waiting)} requests waiting (max_queue={self.max_queue})")
         self.waiting.append(request)
@@ -209,8 +263,15 @@ class BatchEngine:
                     return True
         return False
 
-    def begin_step(self) -> StepPlan | None:
-        """Preempt, admit and time the next step; None when there is no work.
+    def begin_step(self, now_s: float = 0.0) -> StepPlan | None:
+        """Preempt, admit and time the next step; None when there is no work, or (static
+        batching) while the next batch is still filling (then :attr:`fill_deadline_s` is set).
+
+        Parameters
+        ----------
+        now_s : float, default 0.0
+            The current instant on the clock of the requests' ``arrival_s`` (only static
+            batching with ``batch_wait_ms`` > 0 reads it).
 
         Raises
         ------
@@ -219,8 +280,20 @@ class BatchEngine:
         """
         if self._plan is not None:
             raise RuntimeError("begin_step called twice without end_step")
+        self.fill_deadline_s = None
         if not self.has_work:
             return None
+        batch_wait_ms = None
+        if self.batching == "static" and not self.running:
+            if self._free_since_s is None:
+                self._free_since_s = now_s
+            collect_s = max(self.waiting[0].arrival_s, self._free_since_s)
+            deadline_s = collect_s + self.batch_wait_ms / 1000.0
+            if len(self.waiting) < self.ceiling and now_s < deadline_s:
+                self.fill_deadline_s = deadline_s
+                return None
+            batch_wait_ms = max(0.0, 1000.0 * (now_s - collect_s))
+            self._free_since_s = None
         preempted: list[str] = []
         while self.running and self.kv_used_tokens + len(self.running) > self.kv_capacity_tokens:
             victim = self.running.pop()
@@ -231,7 +304,8 @@ class BatchEngine:
         prefill = 0
         budget = self.max_num_batched_tokens - len(self.running)
         free_kv = self.kv_capacity_tokens - self.kv_used_tokens - len(self.running)
-        while not preempted and self.waiting and len(self.running) < self.max_num_seqs:
+        static_busy = self.batching == "static" and bool(self.running)
+        while not preempted and not static_busy and self.waiting and len(self.running) < self.ceiling:
             head = self.waiting[0]
             cost = head.context_tokens
             alone = not self.running
@@ -247,17 +321,18 @@ class BatchEngine:
                 head.counted_prompt = True
                 self.prompt_tokens_total += head.prompt_tokens
         batch_size = len(self.running)
-        duration_ms = self.slowdown * (
-            self.decode_base_ms
-            + self.decode_per_seq_ms * batch_size
-            + self.prefill_ms_per_token * prefill
-        )
+        if self.roofline:
+            decode_ms = max(self.decode_base_ms, self.decode_per_seq_ms * batch_size)
+        else:
+            decode_ms = self.decode_base_ms + self.decode_per_seq_ms * batch_size
+        duration_ms = self.slowdown * (decode_ms + self.prefill_ms_per_token * prefill)
         self._plan = StepPlan(
             batch=tuple(r.request_id for r in self.running),
             admitted=tuple(admitted),
             preempted=tuple(preempted),
             prefill_tokens=prefill,
             duration_ms=duration_ms,
+            batch_wait_ms=batch_wait_ms if admitted else None,
         )
         return self._plan
 
@@ -279,18 +354,16 @@ class BatchEngine:
             self.generation_tokens_total += 1
             reason = None
             if request.generated_tokens >= request.stop_after_tokens:
-                reason = (
-                    FinishReason.LENGTH
-                    if request.stop_after_tokens == request.max_tokens
-                    else FinishReason.STOP
-                )
+                reason = FinishReason.LENGTH if request.stop_after_tokens == request.max_tokens else FinishReason.STOP
                 self.running.remove(request)
                 self.finished_total[reason] += 1
-            outputs.append(TokenOutput(
-                request_id=request.request_id,
-                token_index=request.generated_tokens - 1,
-                finish_reason=reason,
-            ))
+            outputs.append(
+                TokenOutput(
+                    request_id=request.request_id,
+                    token_index=request.generated_tokens - 1,
+                    finish_reason=reason,
+                )
+            )
         return StepResult(plan=plan, outputs=tuple(outputs))
 
     def step(self) -> StepResult | None:

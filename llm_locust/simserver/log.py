@@ -48,8 +48,14 @@ def format_log_line(*, source: str, message: str, wall_s: float, level: str = "I
 
 
 def format_stats_message(
-    *, prompt_tps: float, generation_tps: float, running: int, waiting: int,
-    preemptions: int, kv_usage_ratio: float, prefix_hit_ratio: float = 0.0,
+    *,
+    prompt_tps: float,
+    generation_tps: float,
+    running: int,
+    waiting: int,
+    preemptions: int,
+    kv_usage_ratio: float,
+    prefix_hit_ratio: float = 0.0,
 ) -> str:
     """The V1 stats message (after ``[loggers.py:335] ``); throughputs in tokens/s.
 
@@ -83,7 +89,7 @@ class LogWriter:
         self._stream = stream
 
     @classmethod
-    def open(cls, path: str | None) -> "LogWriter":
+    def open(cls, path: str | None) -> LogWriter:
         """Writer to ``path`` (truncated, UTF-8, line-buffered), or to stdout when None."""
         if path is None:
             return cls(sys.stdout)
@@ -137,8 +143,7 @@ class StatsLogger:
         """Compute the interval ending at ``now_s`` (monotonic s); write and return the message,
         or return None when skipped (first call, or idle by vLLM's rule)."""
         engine = self._engine
-        counts = (engine.prompt_tokens_total, engine.generation_tokens_total,
-                  engine.num_preemptions_total)
+        counts = (engine.prompt_tokens_total, engine.generation_tokens_total, engine.num_preemptions_total)
         last_t, last_counts = self._last_t_s, self._last_counts
         self._last_t_s, self._last_counts = now_s, counts
         if last_t is None or now_s <= last_t:
@@ -150,8 +155,11 @@ class StatsLogger:
         if idle:
             return None
         message = format_stats_message(
-            prompt_tps=tps[0], generation_tps=tps[1], running=engine.num_running,
-            waiting=engine.num_waiting, preemptions=counts[2] - last_counts[2],
+            prompt_tps=tps[0],
+            generation_tps=tps[1],
+            running=engine.num_running,
+            waiting=engine.num_waiting,
+            preemptions=counts[2] - last_counts[2],
             kv_usage_ratio=engine.kv_usage_ratio,
         )
         self._writer.info("loggers.py:335", message)
@@ -181,8 +189,7 @@ def make_access_logger(writer: LogWriter) -> type[AbstractAccessLogger]:
             except ValueError:
                 phrase = ""
             writer.write_line(
-                f'INFO:     {client} - "{request.method} {request.path_qs} HTTP/{version}" '
-                f"{response.status} {phrase}"
+                f'INFO:     {client} - "{request.method} {request.path_qs} HTTP/{version}" {response.status} {phrase}'
             )
 
     return _UvicornStyleAccessLogger

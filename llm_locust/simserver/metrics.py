@@ -68,27 +68,30 @@ class EngineCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Yield the metric families listed in the module docstring."""
         engine, config = self._engine, self._config
-        yield self._gauge("vllm:num_requests_running",
-                          "Number of requests in model execution batches.", engine.num_running)
-        yield self._gauge("vllm:num_requests_waiting",
-                          "Number of requests waiting to be processed.", engine.num_waiting)
-        yield self._gauge("vllm:kv_cache_usage_perc",
-                          "KV-cache usage. 1 means 100 percent usage.", engine.kv_usage_ratio)
-        yield self._counter("vllm:num_preemptions",
-                            "Cumulative number of preemption from the engine.",
-                            engine.num_preemptions_total)
-        yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
-                            engine.prompt_tokens_total)
-        yield self._counter("vllm:generation_tokens", "Number of generation tokens processed.",
-                            engine.generation_tokens_total)
+        yield self._gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", engine.num_running
+        )
+        yield self._gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", engine.num_waiting
+        )
+        yield self._gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", engine.kv_usage_ratio
+        )
+        yield self._counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine.", engine.num_preemptions_total
+        )
+        yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", engine.prompt_tokens_total)
+        yield self._counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", engine.generation_tokens_total
+        )
         success = CounterMetricFamily(
-            "vllm:request_success", "Count of successfully processed requests.",
+            "vllm:request_success",
+            "Count of successfully processed requests.",
             labels=["engine", "finished_reason", "model_name"],
         )
         by_reason = {reason.value: count for reason, count in engine.finished_total.items()}
         for reason in _FINISHED_REASONS:
-            success.add_metric(["0", reason, config.model_name], by_reason.get(reason, 0),
-                               created=self._created_s)
+            success.add_metric(["0", reason, config.model_name], by_reason.get(reason, 0), created=self._created_s)
         yield success
         info_labels = {
             "block_size": str(KV_BLOCK_SIZE_TOKENS),
@@ -100,9 +103,9 @@ class EngineCollector(Collector):
             "kv_cache_size_tokens": str(config.kv_capacity_tokens),
             "num_gpu_blocks": str(config.kv_capacity_tokens // KV_BLOCK_SIZE_TOKENS),
         }
-        info = GaugeMetricFamily("vllm:cache_config_info",
-                                 "Information of the LLMEngine CacheConfig",
-                                 labels=list(info_labels))
+        info = GaugeMetricFamily(
+            "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=list(info_labels)
+        )
         info.add_metric(list(info_labels.values()), 1.0)
         yield info
 
@@ -117,4 +120,3 @@ def build_registry(*, engine: BatchEngine, config: SimConfig, created_s: float) 
 def render_metrics(registry: CollectorRegistry) -> bytes:
     """The Prometheus text exposition of ``registry`` (``prometheus_client.generate_latest``)."""
     return generate_latest(registry)
-

@@ -50,7 +50,11 @@ class ApiError(Exception):
     """
 
     def __init__(
-        self, *, status: int, message: str, error_type: str = "BadRequestError",
+        self,
+        *,
+        status: int,
+        message: str,
+        error_type: str = "BadRequestError",
         param: str | None = None,
     ) -> None:
         super().__init__(message)
@@ -61,10 +65,14 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         """The JSON body: ``{"error": {"message", "type", "param", "code"}}``."""
-        return {"error": {
-            "message": self.message, "type": self.error_type, "param": self.param,
-            "code": self.status,
-        }}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.status,
+            }
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,9 +149,7 @@ def _prompt_tokens(kind: ApiKind, body: dict[str, Any]) -> int:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one prompt
-    if isinstance(prompt, str) or (
-        isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)
-    ):
+    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)):
         return max(1, count_completion_prompt_tokens(prompt))
     raise _bad("'prompt' is required: a string or a list of token ids (one prompt)", "prompt")
 
@@ -157,9 +163,7 @@ def _optional_bool(body: dict[str, Any], key: str, default: bool) -> bool:
     return value
 
 
-def parse_request(
-    *, kind: ApiKind, raw_body: bytes, model_name: str, max_model_len: int
-) -> ParsedRequest:
+def parse_request(*, kind: ApiKind, raw_body: bytes, model_name: str, max_model_len: int) -> ParsedRequest:
     """Parse and validate one ``/v1/chat/completions`` or ``/v1/completions`` body.
 
     Parameters
@@ -195,8 +199,10 @@ def parse_request(
     model = body.get("model")
     if model is not None and model != model_name:
         raise ApiError(
-            status=404, message=f"The model `{model}` does not exist.",
-            error_type="NotFoundError", param="model",
+            status=404,
+            message=f"The model `{model}` does not exist.",
+            error_type="NotFoundError",
+            param="model",
         )
     if body.get("n") not in (None, 1):
         raise _bad("only n=1 is supported by the simulated server", "n")
@@ -215,7 +221,8 @@ def parse_request(
     elif max_tokens > max_model_len:
         raise _bad(
             f"{key}={max_tokens} cannot be greater than max_model_len={max_model_len}. "
-            f"Please request fewer output tokens. (parameter={key}, value={max_tokens})", key,
+            f"Please request fewer output tokens. (parameter={key}, value={max_tokens})",
+            key,
         )
     if max_tokens < 1 or prompt_tokens + max_tokens > max_model_len:
         raise _bad(
@@ -225,6 +232,10 @@ def parse_request(
             "the messages or completion."
         )
     return ParsedRequest(
-        kind=kind, prompt_tokens=prompt_tokens, max_tokens=max_tokens, stream=stream,
-        include_usage=include_usage, ignore_eos=_optional_bool(body, "ignore_eos", True),
+        kind=kind,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        stream=stream,
+        include_usage=include_usage,
+        ignore_eos=_optional_bool(body, "ignore_eos", True),
     )

@@ -66,53 +66,114 @@ class ChunkBuilder:
 
     def role_chunk(self) -> bytes:
         """The chat stream's first event: role only, empty content (chat only)."""
-        choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                  "finish_reason": None}
-        return sse_event({**self._head, "choices": [choice], "prompt_token_ids": None,
-                          "prompt_text": None})
+        choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        return sse_event({**self._head, "choices": [choice], "prompt_token_ids": None, "prompt_text": None})
 
-    def token_chunk(self, text: str, finish_reason: str | None) -> bytes:
-        """One token's event; ``finish_reason`` ("length"/"stop") on the last token only."""
+    def token_chunk(self, text: str, finish_reason: str | None, extra: dict | None = None) -> bytes:
+        """One token's event; ``finish_reason`` ("length"/"stop") on the last token only;
+        ``extra`` top-level fields (llama.cpp's ``timings``) added to it."""
         if self._kind is ApiKind.CHAT:
-            choice: dict[str, Any] = {"index": 0, "delta": {"content": text}, "logprobs": None,
-                                      "finish_reason": finish_reason}
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": {"content": text},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
             if finish_reason is not None:
                 choice["stop_reason"] = None
             choice["token_ids"] = None
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
-                      "stop_reason": None, "prompt_token_ids": None, "token_ids": None}
-        return sse_event({**self._head, "choices": [choice]})
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+                "prompt_token_ids": None,
+                "token_ids": None,
+            }
+        return sse_event({**self._head, "choices": [choice], **(extra or {})})
 
-    def usage_chunk(self, *, prompt_tokens: int, completion_tokens: int) -> bytes:
-        """The usage event sent before ``[DONE]`` when ``stream_options.include_usage``."""
-        return sse_event({**self._head, "choices": [],
-                          "usage": _usage(prompt_tokens, completion_tokens),
-                          "system_fingerprint": SYSTEM_FINGERPRINT})
+    def usage_chunk(self, *, prompt_tokens: int, completion_tokens: int, extra: dict | None = None) -> bytes:
+        """The usage event sent before ``[DONE]`` when ``stream_options.include_usage``; ``extra``
+        top-level fields added to it."""
+        return sse_event(
+            {
+                **self._head,
+                "choices": [],
+                "usage": _usage(prompt_tokens, completion_tokens),
+                "system_fingerprint": SYSTEM_FINGERPRINT,
+                **(extra or {}),
+            }
+        )
 
 
 def full_response(
-    *, kind: ApiKind, response_id: str, created: int, model: str, text: str,
-    finish_reason: str, prompt_tokens: int, completion_tokens: int,
+    *,
+    kind: ApiKind,
+    response_id: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: str,
+    prompt_tokens: int,
+    completion_tokens: int,
 ) -> dict[str, Any]:
     """The non-streaming body (``chat.completion`` or ``text_completion``) with ``usage``."""
     usage = {**_usage(prompt_tokens, completion_tokens), "prompt_tokens_details": None}
     if kind is ApiKind.CHAT:
-        message = {"role": "assistant", "content": text, "refusal": None, "annotations": None,
-                   "audio": None, "function_call": None, "tool_calls": [],
-                   "reasoning_content": None}
-        choice = {"index": 0, "message": message, "logprobs": None,
-                  "finish_reason": finish_reason, "stop_reason": None, "token_ids": None}
-        return {"id": response_id, "object": "chat.completion", "created": created,
-                "model": model, "choices": [choice], "service_tier": None,
-                "system_fingerprint": None, "usage": usage, "prompt_logprobs": None,
-                "prompt_token_ids": None, "kv_transfer_params": None}
-    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
-              "stop_reason": None, "prompt_logprobs": None, "prompt_token_ids": None,
-              "token_ids": None}
-    return {"id": response_id, "object": "text_completion", "created": created, "model": model,
-            "choices": [choice], "service_tier": None, "system_fingerprint": None,
-            "usage": usage, "kv_transfer_params": None}
+        message = {
+            "role": "assistant",
+            "content": text,
+            "refusal": None,
+            "annotations": None,
+            "audio": None,
+            "function_call": None,
+            "tool_calls": [],
+            "reasoning_content": None,
+        }
+        choice = {
+            "index": 0,
+            "message": message,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+            "stop_reason": None,
+            "token_ids": None,
+        }
+        return {
+            "id": response_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [choice],
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": usage,
+            "prompt_logprobs": None,
+            "prompt_token_ids": None,
+            "kv_transfer_params": None,
+        }
+    choice = {
+        "index": 0,
+        "text": text,
+        "logprobs": None,
+        "finish_reason": finish_reason,
+        "stop_reason": None,
+        "prompt_logprobs": None,
+        "prompt_token_ids": None,
+        "token_ids": None,
+    }
+    return {
+        "id": response_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": None,
+        "usage": usage,
+        "kv_transfer_params": None,
+    }
 
 
 def models_response(*, model: str, created: int, max_model_len: int) -> dict[str, Any]:
@@ -120,10 +181,25 @@ def models_response(*, model: str, created: int, max_model_len: int) -> dict[str
     permission = {
         "id": f"modelperm-{hashlib.sha256(f'{model}-{created}'.encode()).hexdigest()[:16]}",
         "object": "model_permission",
-        "created": created, "allow_create_engine": False, "allow_sampling": True,
-        "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
-        "allow_fine_tuning": False, "organization": "*", "group": None, "is_blocking": False,
+        "created": created,
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
     }
-    card = {"id": model, "object": "model", "created": created, "owned_by": "vllm", "root": model,
-            "parent": None, "max_model_len": max_model_len, "permission": [permission]}
+    card = {
+        "id": model,
+        "object": "model",
+        "created": created,
+        "owned_by": "vllm",
+        "root": model,
+        "parent": None,
+        "max_model_len": max_model_len,
+        "permission": [permission],
+    }
     return {"object": "list", "data": [card]}

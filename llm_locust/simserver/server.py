@@ -78,15 +78,22 @@ async def serve(config: SimConfig, *, stop: asyncio.Event | None = None) -> None
     writer = LogWriter.open(config.stats_log)
     engine = make_engine(config)
     started_s = time.time()
-    flavor = make_flavor(config.flavor, config=config, engine=engine, writer=writer,
-                         started_s=started_s)
+    flavor = make_flavor(config.flavor, config=config, engine=engine, writer=writer, started_s=started_s)
     driver = EngineDriver(engine=engine, listener=flavor)
-    app = SimServerApp(config=config, driver=driver, registry=flavor.registry(),
-                       started_s=started_s, extra_routes=flavor.routes())
-    access = ({"access_log_class": make_access_logger(writer)} if flavor.access_log
-              else {"access_log": None})
+    app = SimServerApp(
+        config=config,
+        driver=driver,
+        registry=flavor.registry(),
+        started_s=started_s,
+        extra_routes=flavor.routes(),
+        final_fields=flavor.final_fields,
+    )
+    access = {"access_log_class": make_access_logger(writer)} if flavor.access_log else {"access_log": None}
     runner = web.AppRunner(
-        app.build(), handler_cancellation=True, shutdown_timeout=SHUTDOWN_TIMEOUT_S, **access,
+        app.build(),
+        handler_cancellation=True,
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        **access,
     )
     await runner.setup()
     tasks: list[asyncio.Task] = []

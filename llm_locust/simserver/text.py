@@ -12,8 +12,32 @@ from __future__ import annotations
 import random
 
 _SYLLABLES: tuple[str, ...] = (
-    "lyr", "bel", "hou", "va", "bram", "ndt", "al", "je", "an", "tra", "quist", "run", "stait",
-    "par", "lel", "jout", "truck", "mo", "ren", "ki", "sol", "dor", "ith", "ne", "vas", "ul",
+    "lyr",
+    "bel",
+    "hou",
+    "va",
+    "bram",
+    "ndt",
+    "al",
+    "je",
+    "an",
+    "tra",
+    "quist",
+    "run",
+    "stait",
+    "par",
+    "lel",
+    "jout",
+    "truck",
+    "mo",
+    "ren",
+    "ki",
+    "sol",
+    "dor",
+    "ith",
+    "ne",
+    "vas",
+    "ul",
 )
 _NEW_WORD_PROBABILITY = 0.4
 

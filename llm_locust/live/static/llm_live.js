@@ -29,6 +29,14 @@
     ["server_waiting", "waiting"], ["output_tps", "out tok/s"], ["request_rps", "req/s"],
     ["ttft_p50_ms", "TTFT p50 ms"], ["ttft_p95_ms", "TTFT p95 ms"], ["tpot_p50_ms", "TPOT p50 ms"],
     ["completed", "ok"], ["errors", "errors"]];
+  /* a request-rate run's steps: keyed by the offered rate, with what the schedule achieved */
+  var RATE_STEP_COLUMNS = [["target_rate_rps", "rate req/s"], ["achieved_rate_rps", "sent req/s"],
+    ["send_lag_p50_ms", "lag p50 ms"], ["send_lag_p99_ms", "lag p99 ms"], ["unsent", "unsent"],
+    ["client_inflight", "in-flight"], ["server_running", "running"], ["server_waiting", "waiting"],
+    ["output_tps", "out tok/s"], ["request_rps", "req/s"], ["ttft_p50_ms", "TTFT p50 ms"],
+    ["ttft_p95_ms", "TTFT p95 ms"], ["ttft_from_schedule_p50_ms", "TTFT p50 from sched ms"],
+    ["tpot_p50_ms", "TPOT p50 ms"], ["completed", "ok"], ["errors", "errors"]];
+  var USERS_AXIS = { column: "target_users", unit: "users", quantity: "concurrency" };
 
   function h(tag, cls, text) {
     var e = document.createElement(tag);
@@ -84,7 +92,7 @@
   }
 
   /* One SVG line chart: series [{label, color, dash, pts: [[t_s, y|null]]}] over [x0, x1] (Unix s),
-   * ladder steps as alternating bands with their user counts, the critical step outlined. */
+   * ladder steps as alternating bands with their load (users, or req/s), the critical step outlined. */
   function drawChart(svg, spec) {
     /* one viewBox unit per CSS pixel, so text keeps its size whatever the card's width */
     var hatch = "llm-hatch-" + (svg.getAttribute("data-chart") || "x");
@@ -103,7 +111,9 @@
     (spec.steps || []).forEach(function (st, i) {
       var a = Math.max(st.start_s, x0), b = Math.min(st.end_s != null ? st.end_s : x1, x1);
       if (b <= a) return;
-      var critical = spec.critical != null && st.users === spec.critical;
+      var rate = spec.axis && spec.axis.column === "target_rate_rps";
+      var level = rate ? st.rate_rps : st.users, unit = rate ? " req/s" : " users";
+      var critical = spec.critical != null && level === spec.critical;
       s("rect", { x: X(a), y: T, width: X(b) - X(a), height: H - T - B, fill: "currentColor",
                   "fill-opacity": i % 2 ? 0.07 : 0.025 }, svg);
       if (spec.warmup_s > 0) {
@@ -116,7 +126,7 @@
                     "stroke-dasharray": "4 3", "stroke-width": 1.5 }, svg);
       }
       var label = s("text", { x: X(a) + 3, y: T - 6, "font-size": 11, fill: critical ? COLORS.red : "currentColor" }, svg);
-      label.textContent = st.users + (critical ? " users \u2605 critical" : (i === 0 ? " users" : ""));
+      label.textContent = level + (critical ? unit + " \u2605 critical" : (i === 0 ? unit : ""));
     });
     var defs = s("defs", {}, svg);
     var pat = s("pattern", { id: hatch, width: 6, height: 6, patternUnits: "userSpaceOnUse",
@@ -160,9 +170,11 @@
     var head = h("div", "llm-head");
     this.stepEl = h("div", "llm-step", "Waiting for data\u2026");
     this.critEl = h("div", "llm-crit");
+    this.bottleneckEl = h("div", "llm-bottleneck");
     this.noteEl = h("div", "llm-note");
     head.appendChild(this.stepEl);
     head.appendChild(this.critEl);
+    head.appendChild(this.bottleneckEl);
     head.appendChild(this.noteEl);
     this.el.appendChild(head);
     if (standalone) {
@@ -193,7 +205,8 @@
     this.stepsTable = h("table", "llm-table");
     steps.appendChild(this.stepsTable);
     this.evidence = h("details", "llm-evidence");
-    this.evidence.appendChild(h("summary", null, "Critical-concurrency evidence"));
+    this.evidenceTitle = h("summary", null, "Critical-concurrency evidence");
+    this.evidence.appendChild(this.evidenceTitle);
     this.evidencePre = h("pre");
     this.evidence.appendChild(this.evidencePre);
     steps.appendChild(this.evidence);
@@ -220,8 +233,9 @@
     var t0 = d.t0_s != null ? d.t0_s : d.now_s, x1 = d.now_s;
     var steps = (d.shape && d.shape.steps) || [];
     var crit = d.critical || {};
+    var axis = d.load_axis || USERS_AXIS;
     var common = { x0: t0, x1: x1, steps: steps, warmup_s: (d.shape && d.shape.warmup_s) || 0,
-                   critical: crit.users != null ? crit.users : null };
+                   critical: crit.users != null ? crit.users : null, axis: axis };
     var sr = d.series, ts = sr.t_s;
 
     var p50 = zip(ts, sr.ttft_p50_ms), p95 = zip(ts, sr.ttft_p95_ms);
@@ -264,17 +278,18 @@
     drawChart(this.charts.errors.svg, Object.assign({ series: errSeries }, common));
     this.legend("errors", errLegend);
 
-    this.head(d, crit);
-    this.stepsTableUpdate(d.steps_table || [], crit);
+    this.head(d, crit, axis);
+    this.stepsTableUpdate(d.steps_table || [], crit, axis);
+    this.evidenceTitle.textContent = "Critical-" + axis.quantity + " evidence";
     if (this.standalone) this.statsTableUpdate(d.table || []);
     this.evidencePre.textContent = (crit.evidence || []).join("\n") || "(needs two finished steps)";
   };
 
-  Panel.prototype.head = function (d, crit) {
+  Panel.prototype.head = function (d, crit, axis) {
     var cur = d.current_step, text;
     var elapsed = d.t0_s != null ? " \u00b7 " + clock(d.now_s - d.t0_s) + " into the run" : "";
     if (cur) {
-      text = "Step " + (cur.index + 1) + (cur.of ? " of " + cur.of : "") + ": " + cur.users + " users, " +
+      text = "Step " + (cur.index + 1) + (cur.of ? " of " + cur.of : "") + ": " + (cur.rate_rps != null ? cur.rate_rps + " req/s, " : cur.users + " users, ") +
              clock(cur.elapsed_s) + " in" + (d.shape && d.shape.dwell_s ? " of " + clock(d.shape.dwell_s) : "");
     } else if (d.shape && d.shape.steps && d.shape.steps.length) {
       text = d.state === "stopped" ? "Ladder finished" : "Ladder finished, draining in-flight requests";
@@ -282,9 +297,13 @@
       text = (d.state || "idle") + " \u00b7 " + d.user_count + " users";
     }
     this.stepEl.textContent = text + elapsed + " \u00b7 state: " + (d.state || "\u2013");
-    this.critEl.textContent = "Critical concurrency so far: " + (crit.text || "\u2013") +
+    this.critEl.textContent = "Critical " + axis.quantity + " so far: " + (crit.text || "\u2013") +
       (crit.finished_steps ? " (" + crit.finished_steps + " finished step" + (crit.finished_steps > 1 ? "s" : "") + ")" : "");
     this.critEl.className = "llm-crit" + (crit.users != null ? " llm-crit-found" : "");
+    var b = d.bottleneck || {};
+    this.bottleneckEl.textContent = "Bottleneck so far: " + (b.kind ? b.kind + " \u2014 " + b.text : (b.text || "\u2013")) +
+      (b.secondary && b.secondary.length ? " (also: " + b.secondary.join(", ") + ")" : "");
+    this.bottleneckEl.setAttribute("data-kind", b.kind || "");
     this.status("updated " + new Date(d.now_s * 1000).toLocaleTimeString() +
       (d.now_s - d.horizon_s > 0.5 ? " \u00b7 records complete up to " + fmt(d.now_s - d.horizon_s, 1) + " s ago" : ""));
   };
@@ -308,10 +327,12 @@
     table.appendChild(tbody);
   }
 
-  Panel.prototype.stepsTableUpdate = function (rows, crit) {
-    fillTable(this.stepsTable, STEP_COLUMNS, rows, function (row) {
-      if (crit.saturated_users != null && row.target_users === crit.saturated_users) return "llm-saturated";
-      if (crit.users != null && row.target_users === crit.users) return "llm-critical";
+  Panel.prototype.stepsTableUpdate = function (rows, crit, axis) {
+    var columns = axis.column === "target_rate_rps" ? RATE_STEP_COLUMNS : STEP_COLUMNS;
+    fillTable(this.stepsTable, columns, rows, function (row) {
+      var level = row[axis.column];
+      if (crit.saturated_users != null && level === crit.saturated_users) return "llm-saturated";
+      if (crit.users != null && level === crit.users) return "llm-critical";
       return null;
     });
   };

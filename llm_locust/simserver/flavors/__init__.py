@@ -11,7 +11,8 @@ from llm_locust.simserver.flavors.tgi import TgiFlavor
 from llm_locust.simserver.flavors.vllm import VllmFlavor
 
 FLAVORS: dict[str, type[Flavor]] = {
-    f.name: f for f in (VllmFlavor, SglangFlavor, TgiFlavor, LlamaCppFlavor, GenericFlavor)}
+    f.name: f for f in (VllmFlavor, SglangFlavor, TgiFlavor, LlamaCppFlavor, GenericFlavor)
+}
 """Flavour name -> class."""
 
 

@@ -54,8 +54,7 @@ class Flavor:
     access_log = False
     """Whether the uvicorn-style access line is written for every response."""
 
-    def __init__(self, *, config: SimConfig, engine: BatchEngine, writer: LogWriter,
-                 started_s: float) -> None:
+    def __init__(self, *, config: SimConfig, engine: BatchEngine, writer: LogWriter, started_s: float) -> None:
         self.config = config
         self.engine = engine
         self.writer = writer
@@ -63,12 +62,16 @@ class Flavor:
         self.started_mono = time.monotonic()
         self.requests: dict[str, RequestTimes] = {}
         self.tasks = 0
+        self.finals: dict[str, dict] = {}
+        """Extra top-level fields of a finished request's last chunk (or body), by request id,
+        until the handler takes them (:meth:`final_fields`)."""
 
     # -- engine events (EngineListener) --------------------------------------------------
     def on_submit(self, request: SimRequest, wall_s: float) -> None:
         self.tasks += 1
         self.requests[request.request_id] = RequestTimes(
-            prompt_tokens=request.prompt_tokens, submitted_s=wall_s, task=self.tasks)
+            prompt_tokens=request.prompt_tokens, submitted_s=wall_s, task=self.tasks
+        )
 
     def on_step_begin(self, plan: StepPlan, wall_s: float) -> None:
         for request_id in plan.admitted:
@@ -98,6 +101,9 @@ class Flavor:
         if times is not None:
             self.aborted(request_id, times, wall_s)
 
+    def on_reject(self, request: SimRequest, wall_s: float) -> None:
+        self.rejected(request, wall_s)
+
     # -- what a flavour overrides ---------------------------------------------------------
     def startup(self, port: int) -> None:
         """Write the startup lines (the listening port is known)."""
@@ -105,12 +111,14 @@ class Flavor:
     def step_begun(self, plan: StepPlan, wall_s: float) -> None:
         """A step admitted and preempted requests (``plan``)."""
 
-    def step_ended(self, result: StepResult, wall_s: float,
-                   finished: list[tuple[str, RequestTimes]]) -> None:
+    def step_ended(self, result: StepResult, wall_s: float, finished: list[tuple[str, RequestTimes]]) -> None:
         """A step ended; ``finished`` are the requests that completed in it."""
 
     def aborted(self, request_id: str, times: RequestTimes, wall_s: float) -> None:
         """A request left before finishing (client gone)."""
+
+    def rejected(self, request: SimRequest, wall_s: float) -> None:
+        """A request was refused because the waiting queue is full."""
 
     def interval(self, now_mono: float) -> None:
         """Called every ``log_stats_interval_s`` (monotonic s): periodic lines."""
@@ -122,6 +130,11 @@ class Flavor:
     def routes(self) -> list[tuple[str, str, Handler]]:
         """Extra ``(method, path, handler)`` routes."""
         return []
+
+    def final_fields(self, request_id: str) -> dict:
+        """Take the extra fields of a finished request's last chunk (llama.cpp's ``timings``);
+        {} when the flavour sends none."""
+        return self.finals.pop(request_id, {})
 
     # -- shared ---------------------------------------------------------------------------
     def registry(self) -> CollectorRegistry:

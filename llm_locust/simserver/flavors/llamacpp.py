@@ -10,6 +10,13 @@ n_tokens = %d, truncated = %d"`` (``release``); ``"srv  %12.*s: "`` + ``"initial
 %d, n_ctx_slot = %d, kv_unified = 'false'"`` at startup. Each running sequence holds one slot
 (``--parallel`` = ``max_num_seqs``); requests beyond wait as deferred tasks (not logged at the
 default verbosity). Metrics of ``tools/server/server-task.cpp``; ``/props`` ``total_slots``.
+
+Each finished request's last chunk (the usage chunk, else the finish chunk; the body of a
+non-streamed answer) carries llama.cpp's ``timings`` object (``server_slot_stats::to_json``):
+``prompt_ms`` from the slot's admission to the first token, ``predicted_ms`` from the first
+token to the last, ``predicted_n`` the tokens generated, ``predicted_per_second`` =
+``(predicted_n - 1) / predicted_ms`` (the first token is free); the same values as the
+``print_timing`` lines. The wait for a slot is in neither, as in llama.cpp.
 """
 
 from __future__ import annotations
@@ -32,32 +39,49 @@ def relative_stamp(seconds: float) -> str:
     '2.10.049.123'
     """
     micros = max(0, int(round(seconds * 1e6)))
-    return (f"{micros // 60_000_000}.{micros // 1_000_000 % 60:02d}."
-            f"{micros // 1000 % 1000:03d}.{micros % 1000:03d}")
+    return f"{micros // 60_000_000}.{micros // 1_000_000 % 60:02d}.{micros // 1000 % 1000:03d}.{micros % 1000:03d}"
+
+
+def llamacpp_timings_object(prompt_ms: float, prompt_n: int, predicted_ms: float, predicted_n: int) -> dict:
+    """llama.cpp's ``timings`` (``server_slot_stats::to_json``; ``cache_n`` 0: no prompt cache).
+
+    >>> llamacpp_timings_object(100.0, 20, 300.0, 4)["predicted_per_second"]
+    10.0
+    """
+    steps = max(0, predicted_n - 1)
+    return {
+        "cache_n": 0,
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+        "prompt_per_second": 1000 * prompt_n / prompt_ms if prompt_ms > 0 else 0.0,
+        "predicted_n": predicted_n,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": predicted_ms / steps if steps else 0.0,
+        "predicted_per_second": 1000 * steps / predicted_ms if predicted_ms > 0 else 0.0,
+    }
 
 
 class LlamaCppCollector(Collector):
     """``llamacpp:`` metrics (no labels) read from the engine at scrape time."""
 
-    def __init__(self, flavor: "LlamaCppFlavor") -> None:
+    def __init__(self, flavor: LlamaCppFlavor) -> None:
         self.flavor = flavor
 
     def collect(self) -> Iterator[Metric]:
         engine = self.flavor.engine
         for name, doc, value in (
-                ("llamacpp:prompt_tokens", "Number of prompt tokens processed.",
-                 engine.prompt_tokens_total),
-                ("llamacpp:tokens_predicted", "Number of generation tokens processed.",
-                 engine.generation_tokens_total),
-                ("llamacpp:n_decode", "Total number of llama_decode() calls", self.flavor.steps)):
+            ("llamacpp:prompt_tokens", "Number of prompt tokens processed.", engine.prompt_tokens_total),
+            ("llamacpp:tokens_predicted", "Number of generation tokens processed.", engine.generation_tokens_total),
+            ("llamacpp:n_decode", "Total number of llama_decode() calls", self.flavor.steps),
+        ):
             family = CounterMetricFamily(name, doc)
             family.add_metric([], value)
             yield family
         for name, doc, value in (
-                ("llamacpp:requests_processing", "Number of requests processing.",
-                 engine.num_running),
-                ("llamacpp:requests_deferred", "Number of requests deferred.",
-                 engine.num_waiting)):
+            ("llamacpp:requests_processing", "Number of requests processing.", engine.num_running),
+            ("llamacpp:requests_deferred", "Number of requests deferred.", engine.num_waiting),
+        ):
             family = GaugeMetricFamily(name, doc)
             family.add_metric([], value)
             yield family
@@ -85,8 +109,10 @@ class LlamaCppFlavor(Flavor):
         c = self.config
         self._line("srv  llama_server: initializing ...")
         self._line(f"srv    load_model: loading model '/models/{c.model_name}.gguf'")
-        self._line(f"srv    load_model: initializing, n_slots = {c.max_num_seqs}, n_ctx_slot = "
-                   f"{c.max_model_len}, kv_unified = 'false'")
+        self._line(
+            f"srv    load_model: initializing, n_slots = {c.max_num_seqs}, n_ctx_slot = "
+            f"{c.max_model_len}, kv_unified = 'false'"
+        )
         self._line("srv  llama_server: model loaded")
         self._line(f"srv  llama_server: listening on http://{c.host}:{port}")
 
@@ -95,8 +121,11 @@ class LlamaCppFlavor(Flavor):
         for request_id in plan.preempted:
             times = self.requests.get(request_id)
             if times is not None and self._slots.pop(request_id, None) is not None:
-                self._slot_line("release", times, f"stop processing: n_tokens = "
-                                                  f"{times.prompt_tokens + times.generated}, truncated = 0")
+                self._slot_line(
+                    "release",
+                    times,
+                    f"stop processing: n_tokens = {times.prompt_tokens + times.generated}, truncated = 0",
+                )
         for request_id in plan.admitted:
             times = self.requests.get(request_id)
             if times is None:
@@ -112,25 +141,37 @@ class LlamaCppFlavor(Flavor):
             first = t.first_token_s if t.first_token_s is not None else wall_s
             prompt_ms, eval_ms = 1000 * max(0.0, first - admitted), 1000 * max(0.0, wall_s - first)
             n_prompt, n_eval = t.prompt_tokens, max(1, t.generated)
-            self._slot_line("print_timing", t, (
-                f"prompt eval time = {prompt_ms:10.2f} ms / {n_prompt:5d} tokens "
-                f"({prompt_ms / n_prompt:8.2f} ms per token, "
-                f"{1000 * n_prompt / max(prompt_ms, 1e-6):8.2f} tokens per second)"))
-            self._slot_line("print_timing", t, (
-                f"       eval time = {eval_ms:10.2f} ms / {n_eval:5d} tokens "
-                f"({eval_ms / n_eval:8.2f} ms per token, "
-                f"{1000 * n_eval / max(eval_ms, 1e-6):8.2f} tokens per second)"))
-            self._slot_line("print_timing", t, f"      total time = {prompt_ms + eval_ms:10.2f} ms"
-                                               f" / {n_prompt + n_eval:5d} tokens")
-            self._slot_line("release", t, f"stop processing: n_tokens = "
-                                          f"{n_prompt + t.generated - 1}, truncated = 0")
+            self.finals[request_id] = {"timings": llamacpp_timings_object(prompt_ms, n_prompt, eval_ms, t.generated)}
+            self._slot_line(
+                "print_timing",
+                t,
+                (
+                    f"prompt eval time = {prompt_ms:10.2f} ms / {n_prompt:5d} tokens "
+                    f"({prompt_ms / n_prompt:8.2f} ms per token, "
+                    f"{1000 * n_prompt / max(prompt_ms, 1e-6):8.2f} tokens per second)"
+                ),
+            )
+            self._slot_line(
+                "print_timing",
+                t,
+                (
+                    f"       eval time = {eval_ms:10.2f} ms / {n_eval:5d} tokens "
+                    f"({eval_ms / n_eval:8.2f} ms per token, "
+                    f"{1000 * n_eval / max(eval_ms, 1e-6):8.2f} tokens per second)"
+                ),
+            )
+            self._slot_line(
+                "print_timing", t, f"      total time = {prompt_ms + eval_ms:10.2f} ms / {n_prompt + n_eval:5d} tokens"
+            )
+            self._slot_line("release", t, f"stop processing: n_tokens = {n_prompt + t.generated - 1}, truncated = 0")
             self._slots.pop(request_id, None)
 
     def aborted(self, request_id: str, times: RequestTimes, wall_s: float) -> None:
         if self._slots.pop(request_id, None) is not None:
             self._line(f"srv          stop: cancel task, id_task = {times.task}", level="W")
-            self._slot_line("release", times, f"stop processing: n_tokens = "
-                                              f"{times.prompt_tokens + times.generated}, truncated = 0")
+            self._slot_line(
+                "release", times, f"stop processing: n_tokens = {times.prompt_tokens + times.generated}, truncated = 0"
+            )
 
     def collector(self) -> Collector:
         return LlamaCppCollector(self)
@@ -140,9 +181,15 @@ class LlamaCppFlavor(Flavor):
 
     async def _props(self, request: web.Request) -> web.Response:
         c = self.config
-        return web.json_response({
-            "default_generation_settings": {"n_ctx": c.max_model_len, "params": {}},
-            "total_slots": c.max_num_seqs, "model_alias": c.model_name,
-            "model_path": f"/models/{c.model_name}.gguf", "build_info": "b1-sim",
-            "endpoint_slots": True, "endpoint_props": False, "endpoint_metrics": True,
-        })
+        return web.json_response(
+            {
+                "default_generation_settings": {"n_ctx": c.max_model_len, "params": {}},
+                "total_slots": c.max_num_seqs,
+                "model_alias": c.model_name,
+                "model_path": f"/models/{c.model_name}.gguf",
+                "build_info": "b1-sim",
+                "endpoint_slots": True,
+                "endpoint_props": False,
+                "endpoint_metrics": True,
+            }
+        )

@@ -30,7 +30,7 @@ def stamp(wall_s: float) -> str:
 class SglangCollector(Collector):
     """``sglang:`` gauges and counters read from the engine at scrape time."""
 
-    def __init__(self, flavor: "SglangFlavor") -> None:
+    def __init__(self, flavor: SglangFlavor) -> None:
         self.flavor = flavor
 
     def collect(self) -> Iterator[Metric]:
@@ -38,26 +38,24 @@ class SglangCollector(Collector):
         values = ["unified", config.model_name, "0", "0"]
         gauges = (
             ("sglang:num_running_reqs", "The number of running requests.", engine.num_running),
-            ("sglang:num_queue_reqs", "The number of requests in the waiting queue.",
-             engine.num_waiting),
+            ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", engine.num_waiting),
             ("sglang:token_usage", "The token usage.", engine.kv_usage_ratio),
             ("sglang:num_used_tokens", "The number of used tokens.", engine.kv_used_tokens),
-            ("sglang:gen_throughput", "The generation throughput (token/s).",
-             self.flavor.last_gen_tps),
-            ("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.",
-             config.kv_capacity_tokens),
+            ("sglang:gen_throughput", "The generation throughput (token/s).", self.flavor.last_gen_tps),
+            (
+                "sglang:max_total_num_tokens",
+                "Maximum total number of tokens in the KV cache pool.",
+                config.kv_capacity_tokens,
+            ),
         )
         for name, doc, value in gauges:
             family = GaugeMetricFamily(name, doc, labels=list(LABELS))
             family.add_metric(values, value)
             yield family
         counters = (
-            ("sglang:prompt_tokens", "Number of prefill tokens processed.",
-             engine.prompt_tokens_total),
-            ("sglang:generation_tokens", "Number of generation tokens processed.",
-             engine.generation_tokens_total),
-            ("sglang:num_retracted_requests", "Total number of retracted requests.",
-             engine.num_preemptions_total),
+            ("sglang:prompt_tokens", "Number of prefill tokens processed.", engine.prompt_tokens_total),
+            ("sglang:generation_tokens", "Number of generation tokens processed.", engine.generation_tokens_total),
+            ("sglang:num_retracted_requests", "Total number of retracted requests.", engine.num_preemptions_total),
         )
         for name, doc, value in counters:
             family = CounterMetricFamily(name, doc, labels=list(LABELS))
@@ -81,12 +79,14 @@ class SglangFlavor(Flavor):
 
     def startup(self, port: int) -> None:
         c, now = self.config, time.time()
-        self._line(now, f"max_total_num_tokens={c.kv_capacity_tokens}, chunked_prefill_size="
-                        f"{c.max_num_batched_tokens}, max_prefill_tokens={c.max_num_batched_tokens},"
-                        f" max_running_requests={c.max_num_seqs}, context_len={c.max_model_len}, "
-                        "available_cpu_mem=12.00 GB")
-        self.writer.write_line(f"INFO:     Uvicorn running on http://{c.host}:{port} "
-                               "(Press CTRL+C to quit)")
+        self._line(
+            now,
+            f"max_total_num_tokens={c.kv_capacity_tokens}, chunked_prefill_size="
+            f"{c.max_num_batched_tokens}, max_prefill_tokens={c.max_num_batched_tokens},"
+            f" max_running_requests={c.max_num_seqs}, context_len={c.max_model_len}, "
+            "available_cpu_mem=12.00 GB",
+        )
+        self.writer.write_line(f"INFO:     Uvicorn running on http://{c.host}:{port} (Press CTRL+C to quit)")
         self._line(now, "The server is fired up and ready to roll!")
 
     def step_begun(self, plan: StepPlan, wall_s: float) -> None:
@@ -94,10 +94,13 @@ class SglangFlavor(Flavor):
             return
         engine = self.engine
         running_before = len(plan.batch) - len(plan.admitted)
-        self._line(wall_s, f"Prefill batch, #new-seq: {len(plan.admitted)}, #new-token: "
-                           f"{plan.prefill_tokens}, #cached-token: 0, token usage: "
-                           f"{engine.kv_usage_ratio:.2f}, #running-req: {running_before}, "
-                           f"#queue-req: {engine.num_waiting}, ")
+        self._line(
+            wall_s,
+            f"Prefill batch, #new-seq: {len(plan.admitted)}, #new-token: "
+            f"{plan.prefill_tokens}, #cached-token: 0, token usage: "
+            f"{engine.kv_usage_ratio:.2f}, #running-req: {running_before}, "
+            f"#queue-req: {engine.num_waiting}, ",
+        )
 
     def interval(self, now_mono: float) -> None:
         engine = self.engine
@@ -108,10 +111,13 @@ class SglangFlavor(Flavor):
         self.last_gen_tps = (engine.generation_tokens_total - last_tokens) / (now_mono - last_t)
         if engine.num_running == 0:
             return
-        self._line(time.time(), f"Decode batch, #running-req: {engine.num_running}, #token: "
-                                f"{engine.kv_used_tokens}, token usage: {engine.kv_usage_ratio:.2f}, "
-                                f"cpu graph: False, gen throughput (token/s): "
-                                f"{self.last_gen_tps:.2f}, #queue-req: {engine.num_waiting}, ")
+        self._line(
+            time.time(),
+            f"Decode batch, #running-req: {engine.num_running}, #token: "
+            f"{engine.kv_used_tokens}, token usage: {engine.kv_usage_ratio:.2f}, "
+            f"cpu graph: False, gen throughput (token/s): "
+            f"{self.last_gen_tps:.2f}, #queue-req: {engine.num_waiting}, ",
+        )
 
     def collector(self) -> Collector:
         return SglangCollector(self)

@@ -27,7 +27,7 @@ SERVER_RS = "router/src/server.rs"
 
 def iso(wall_s: float) -> str:
     """``2024-05-07T12:39:22.141566Z`` (UTC)."""
-    return dt.datetime.fromtimestamp(wall_s, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.datetime.fromtimestamp(wall_s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def rust_duration(seconds: float) -> str:
@@ -48,22 +48,23 @@ def rust_duration(seconds: float) -> str:
 class TgiCollector(Collector):
     """TGI's router gauges and request histograms."""
 
-    def __init__(self, flavor: "TgiFlavor") -> None:
+    def __init__(self, flavor: TgiFlavor) -> None:
         self.flavor = flavor
 
     def collect(self) -> Iterator[Metric]:
         engine = self.flavor.engine
         for name, doc, value in (
-                ("tgi_batch_current_size", "Current batch size", engine.num_running),
-                ("tgi_queue_size", "Current queue size", engine.num_waiting),
-                ("tgi_batch_current_max_tokens", "Current batch max tokens", engine.kv_used_tokens)):
+            ("tgi_batch_current_size", "Current batch size", engine.num_running),
+            ("tgi_queue_size", "Current queue size", engine.num_waiting),
+            ("tgi_batch_current_max_tokens", "Current batch max tokens", engine.kv_used_tokens),
+        ):
             family = GaugeMetricFamily(name, doc)
             family.add_metric([], value)
             yield family
         for name, doc, (count, total) in (
-                ("tgi_request_generated_tokens", "Generated tokens per request",
-                 self.flavor.generated),
-                ("tgi_request_input_length", "Input tokens per request", self.flavor.inputs)):
+            ("tgi_request_generated_tokens", "Generated tokens per request", self.flavor.generated),
+            ("tgi_request_input_length", "Input tokens per request", self.flavor.inputs),
+        ):
             family = HistogramMetricFamily(name, doc)
             family.add_metric([], buckets=[("+Inf", count)], sum_value=total)
             yield family
@@ -85,17 +86,23 @@ class TgiFlavor(Flavor):
 
     def startup(self, port: int) -> None:
         c, now = self.config, time.time()
-        self._line(now, "text_generation_launcher",
-                   f'Args {{ model_id: "{c.model_name}", revision: None, sharded: None, '
-                   f"max_concurrent_requests: 128, max_best_of: 2, max_stop_sequences: 4, "
-                   f"max_input_tokens: None, max_total_tokens: Some({c.max_model_len}), "
-                   f"waiting_served_ratio: 0.3, max_batch_prefill_tokens: "
-                   f"Some({c.max_num_batched_tokens}), max_batch_total_tokens: "
-                   f"Some({c.kv_capacity_tokens}), max_waiting_tokens: 20, max_batch_size: "
-                   f'Some({c.max_num_seqs}), hostname: "{c.host}", port: {port}, '
-                   "json_output: false }")
-        self._line(now, "text_generation_router::server", f"{SERVER_RS}:1651: Setting max batch "
-                                                          f"total tokens to {c.kv_capacity_tokens}")
+        self._line(
+            now,
+            "text_generation_launcher",
+            f'Args {{ model_id: "{c.model_name}", revision: None, sharded: None, '
+            f"max_concurrent_requests: 128, max_best_of: 2, max_stop_sequences: 4, "
+            f"max_input_tokens: None, max_total_tokens: Some({c.max_model_len}), "
+            f"waiting_served_ratio: 0.3, max_batch_prefill_tokens: "
+            f"Some({c.max_num_batched_tokens}), max_batch_total_tokens: "
+            f"Some({c.kv_capacity_tokens}), max_waiting_tokens: 20, max_batch_size: "
+            f'Some({c.max_num_seqs}), hostname: "{c.host}", port: {port}, '
+            "json_output: false }",
+        )
+        self._line(
+            now,
+            "text_generation_router::server",
+            f"{SERVER_RS}:1651: Setting max batch total tokens to {c.kv_capacity_tokens}",
+        )
         self._line(now, "text_generation_router::server", f"{SERVER_RS}:1889: Connected")
 
     def step_ended(self, result, wall_s: float, finished: list[tuple[str, RequestTimes]]) -> None:
@@ -108,14 +115,15 @@ class TgiFlavor(Flavor):
             self.generated = (count + 1, total + t.generated)
             count, total = self.inputs
             self.inputs = (count + 1, total + t.prompt_tokens)
-            span = (f'generate_stream{{parameters=GenerateParameters {{ max_new_tokens: '
-                    f'Some({t.generated}), details: false }} '
-                    f'total_time="{rust_duration(wall_s - t.submitted_s)}" '
-                    f'validation_time="{rust_duration(1e-4)}" queue_time="{rust_duration(queue)}" '
-                    f'inference_time="{rust_duration(inference)}" '
-                    f'time_per_token="{rust_duration(per_token)}" seed="None"}}')
-            self._line(wall_s, f"{span}: text_generation_router::server",
-                       f"{SERVER_RS}:637: Success")
+            span = (
+                f"generate_stream{{parameters=GenerateParameters {{ max_new_tokens: "
+                f"Some({t.generated}), details: false }} "
+                f'total_time="{rust_duration(wall_s - t.submitted_s)}" '
+                f'validation_time="{rust_duration(1e-4)}" queue_time="{rust_duration(queue)}" '
+                f'inference_time="{rust_duration(inference)}" '
+                f'time_per_token="{rust_duration(per_token)}" seed="None"}}'
+            )
+            self._line(wall_s, f"{span}: text_generation_router::server", f"{SERVER_RS}:637: Success")
 
     def collector(self) -> Collector:
         return TgiCollector(self)
@@ -125,12 +133,25 @@ class TgiFlavor(Flavor):
 
     async def _info(self, request: web.Request) -> web.Response:
         c = self.config
-        return web.json_response({
-            "model_id": c.model_name, "model_sha": None, "model_dtype": "torch.float16",
-            "model_device_type": "cpu", "model_pipeline_tag": "text-generation",
-            "max_concurrent_requests": 128, "max_best_of": 2, "max_stop_sequences": 4,
-            "max_input_tokens": c.max_model_len - 1, "max_total_tokens": c.max_model_len,
-            "waiting_served_ratio": 0.3, "max_batch_total_tokens": c.kv_capacity_tokens,
-            "max_waiting_tokens": 20, "max_batch_size": c.max_num_seqs, "validation_workers": 2,
-            "version": "3.0.0-sim", "sha": None, "docker_label": None,
-        })
+        return web.json_response(
+            {
+                "model_id": c.model_name,
+                "model_sha": None,
+                "model_dtype": "torch.float16",
+                "model_device_type": "cpu",
+                "model_pipeline_tag": "text-generation",
+                "max_concurrent_requests": 128,
+                "max_best_of": 2,
+                "max_stop_sequences": 4,
+                "max_input_tokens": c.max_model_len - 1,
+                "max_total_tokens": c.max_model_len,
+                "waiting_served_ratio": 0.3,
+                "max_batch_total_tokens": c.kv_capacity_tokens,
+                "max_waiting_tokens": 20,
+                "max_batch_size": c.max_num_seqs,
+                "validation_workers": 2,
+                "version": "3.0.0-sim",
+                "sha": None,
+                "docker_label": None,
+            }
+        )

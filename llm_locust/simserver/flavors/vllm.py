@@ -19,9 +19,11 @@ def startup_lines(config, port: int) -> list[tuple[str, str]]:
     concurrency = config.kv_capacity_tokens / config.max_model_len
     return [
         ("api_utils.py:286", f"non-default args: {args!r}"),
-        ("kv_cache_utils.py:2327",
-         f"GPU KV cache size: {config.kv_capacity_tokens:,} tokens, Maximum concurrency for "
-         f"{config.max_model_len:,} tokens per request: {concurrency:.2f}x"),
+        (
+            "kv_cache_utils.py:2327",
+            f"GPU KV cache size: {config.kv_capacity_tokens:,} tokens, Maximum concurrency for "
+            f"{config.max_model_len:,} tokens per request: {concurrency:.2f}x",
+        ),
         ("entry.py:140", f"Starting vLLM server on http://{config.host}:{port}"),
     ]
 
@@ -34,8 +36,7 @@ class VllmFlavor(Flavor):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self._stats = StatsLogger(engine=self.engine, writer=self.writer,
-                                  interval_s=self.config.log_stats_interval_s)
+        self._stats = StatsLogger(engine=self.engine, writer=self.writer, interval_s=self.config.log_stats_interval_s)
 
     def startup(self, port: int) -> None:
         for source, message in startup_lines(self.config, port):

@@ -1,0 +1,128 @@
+"""The master's settings for one run, read once from Locust's parsed options.
+
+Locust hands the master an ``argparse.Namespace`` whose fields the web UI may still change
+before a test starts (``--api-key``, the host). :func:`MasterConfig.from_options` reads every
+field the master's capture uses, once, at ``test_start``, into a frozen value that the recorder,
+the server capture and the scrapers take; nothing deeper reads ``parsed_options``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llm_locust.client.config import client_workload_meta
+from llm_locust.master.scraper import DEFAULT_MAX_BYTES, default_timeout_s
+from llm_locust.options import validate_options
+
+
+def parse_labels(pairs: list[str]) -> dict[str, str]:
+    """``["quant=awq", "gpu=a10"]`` → ``{"quant": "awq", "gpu": "a10"}``.
+
+    Raises
+    ------
+    ValueError
+        A pair without ``=``.
+    """
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--label must be KEY=VALUE, got {pair!r}")
+        labels[key] = value
+    return labels
+
+
+@dataclass(frozen=True, kw_only=True)
+class MasterConfig:
+    """What the master needs of llm-locust's options (see :mod:`llm_locust.options` for each).
+
+    Attributes
+    ----------
+    run_dir : str
+        ``--run-dir`` ("" when none).
+    model, protocol, prompts_file : str
+        ``--model`` ("" = ask the server), ``--protocol``, ``--prompts-file``.
+    max_tokens : int
+    ignore_eos : bool
+    temperature : float
+    api_key : str
+        ``--api-key``; left out of ``repr`` (never logged).
+    metrics_url : str
+        ``--metrics-url`` ("" = ``HOST/metrics``, "none" = none).
+    server_metrics_url : tuple of str
+        Every ``--server-metrics-url`` as given (each may be comma-separated).
+    scrape_interval_s : float
+    scrape_timeout_s : float
+        ``--scrape-timeout-s``, its default
+        (:func:`~llm_locust.master.scraper.default_timeout_s`) filled in, s.
+    scrape_max_bytes : int
+        ``--scrape-max-bytes``, its default filled in.
+    server_log, server_log_cmd, server_log_format : str
+        ``--server-log``, ``--server-log-cmd``, ``--server-log-format`` ("" when none).
+    labels : dict
+        ``--label KEY=VALUE`` pairs.
+    workload_meta : dict
+        run.json ``workload`` keys of the client knobs
+        (:func:`llm_locust.client.config.client_workload_meta`).
+    """
+
+    run_dir: str = ""
+    model: str = ""
+    protocol: str = "openai-chat"
+    prompts_file: str = ""
+    max_tokens: int = 64
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    api_key: str = field(default="", repr=False)
+    metrics_url: str = ""
+    server_metrics_url: tuple[str, ...] = ()
+    scrape_interval_s: float = 1.0
+    scrape_timeout_s: float = 2.9
+    scrape_max_bytes: int = DEFAULT_MAX_BYTES
+    server_log: str = ""
+    server_log_cmd: str = ""
+    server_log_format: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    workload_meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_options(cls, options) -> MasterConfig:
+        """Read Locust's parsed options (llm-locust's registered).
+
+        Raises
+        ------
+        ValueError
+            From :func:`~llm_locust.options.validate_options` or :func:`parse_labels`.
+        """
+        validate_options(options)
+        return cls(
+            run_dir=options.run_dir or "", model=options.model or "", protocol=options.protocol,
+            prompts_file=options.prompts_file or "", max_tokens=options.max_tokens,
+            ignore_eos=options.ignore_eos, temperature=options.temperature, api_key=options.api_key or "",
+            metrics_url=options.metrics_url or "", server_metrics_url=tuple(options.server_metrics_url or ()),
+            scrape_interval_s=options.scrape_interval_s,
+            scrape_timeout_s=options.scrape_timeout_s or default_timeout_s(options.scrape_interval_s),
+            scrape_max_bytes=options.scrape_max_bytes or DEFAULT_MAX_BYTES, server_log=options.server_log or "",
+            server_log_cmd=getattr(options, "server_log_cmd", "") or "",
+            server_log_format=options.server_log_format or "", labels=parse_labels(options.label or []),
+            workload_meta=client_workload_meta(options),
+        )  # fmt: skip
+
+
+def metrics_urls(config, host: str | None) -> list[str]:
+    """Endpoints to scrape: ``--metrics-url`` (comma-separated), default ``HOST/metrics``, 'none'
+    for none; then every ``--server-metrics-url`` (repeatable, comma-separated), without repeats.
+
+    ``config`` is a :class:`MasterConfig` (or anything with its ``metrics_url`` and
+    ``server_metrics_url``).
+    """
+    value = config.metrics_url.strip()
+    if value.lower() == "none":
+        urls = []
+    elif value:
+        urls = [url.strip() for url in value.split(",") if url.strip()]
+    else:
+        urls = [host.rstrip("/") + "/metrics"] if host else []
+    for item in config.server_metrics_url or ():
+        urls += [url.strip() for url in item.split(",") if url.strip()]
+    return list(dict.fromkeys(urls))

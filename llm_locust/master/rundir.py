@@ -1,0 +1,135 @@
+"""Writing the run directory (see DESIGN.md, "Run directory"): the only contract with ``analysis/``.
+
+Files written here: ``run.json`` (metadata, rewritten whenever it changes), ``requests.csv``
+(one row per request, :data:`~llm_locust.client.record.CSV_COLUMNS`), ``server_metrics.csv``
+(long format: :data:`SERVER_METRICS_COLUMNS`), ``server_scrapes.csv`` (one row per scrape
+attempt: :data:`~analysis.schema.SCRAPE_COLUMNS`) and ``client_load.csv`` (each worker's load once
+a second: :data:`~analysis.schema.CLIENT_LOAD_COLUMNS`); file names, columns and the schema
+version come from :mod:`analysis.schema`. Rows are flushed as they are written, so a run
+that is cut short keeps everything it measured.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from pathlib import Path
+
+from analysis.schema import (
+    CLIENT_LOAD_COLUMNS,
+    CLIENT_LOAD_CSV,
+    REQUESTS_CSV,
+    RUN_JSON,
+    SCHEMA_VERSION,
+    SCRAPE_COLUMNS,
+    SERVER_METRICS_COLUMNS,
+    SERVER_METRICS_CSV,
+    SERVER_SCRAPES_CSV,
+)
+from llm_locust.client.record import CSV_COLUMNS
+
+__all__ = ["SCHEMA_VERSION", "SERVER_METRICS_COLUMNS", "CsvAppender", "RunDirectory", "csv_cells"]
+
+
+def _cell(value):
+    """CSV cell of one value: NaN and None become empty (not measured), never a number."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return value
+
+
+def csv_cells(row) -> list:
+    """The cells of one row as :class:`CsvAppender` writes them (NaN and None empty), for
+    :func:`csv.writer` (a worker formats its records' lines with it)."""
+    return [_cell(value) for value in row]
+
+
+class CsvAppender:
+    """Append rows to a CSV file with a fixed header, flushing after every batch.
+
+    Parameters
+    ----------
+    path : Path
+        File to create (with the header) or append to.
+    columns : tuple of str
+        Header; every row must have this many cells.
+
+    Raises
+    ------
+    ValueError
+        A row with the wrong number of cells (nothing of that batch is written).
+    """
+
+    def __init__(self, path: Path, columns: tuple[str, ...]) -> None:
+        self.path = path
+        self.columns = columns
+        self.rows_written = 0
+        new = not path.exists() or path.stat().st_size == 0
+        self._file = open(path, "a", newline="", encoding="utf-8")
+        self._writer = csv.writer(self._file)
+        if new:
+            self._writer.writerow(columns)
+            self._file.flush()
+
+    def write_rows(self, rows) -> None:
+        rows = [tuple(row) for row in rows]
+        bad = [row for row in rows if len(row) != len(self.columns)]
+        if bad:
+            raise ValueError(
+                f"{self.path.name}: row with {len(bad[0])} cells, expected {len(self.columns)}: {bad[0]!r}"
+            )
+        self._writer.writerows(csv_cells(row) for row in rows)
+        self._file.flush()
+        self.rows_written += len(rows)
+
+    def write_text(self, text: str, rows: int) -> None:
+        """Append ``rows`` rows already formatted as CSV lines (by :func:`csv_cells` and
+        :func:`csv.writer`, each ending with a line break), then flush."""
+        self._file.write(text)
+        self._file.flush()
+        self.rows_written += rows
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+
+class RunDirectory:
+    """One run directory on the master: its metadata file and its appenders.
+
+    Parameters
+    ----------
+    path : str or Path
+        Folder to write into; created if missing. Existing ``requests.csv`` or
+        ``server_metrics.csv`` there is an error (runs are never mixed).
+
+    Raises
+    ------
+    FileExistsError
+        The folder already holds a ``requests.csv``.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        if (self.path / REQUESTS_CSV).exists():
+            raise FileExistsError(f"{self.path / REQUESTS_CSV} exists: use a new --run-dir for each run")
+        self.requests = CsvAppender(self.path / REQUESTS_CSV, CSV_COLUMNS)
+        self.server_metrics = CsvAppender(self.path / SERVER_METRICS_CSV, SERVER_METRICS_COLUMNS)
+        self.server_scrapes = CsvAppender(self.path / SERVER_SCRAPES_CSV, SCRAPE_COLUMNS)
+        self.client_load = CsvAppender(self.path / CLIENT_LOAD_CSV, CLIENT_LOAD_COLUMNS)
+
+    def write_meta(self, meta: dict) -> None:
+        """Write ``run.json`` atomically (temp file + rename) with ``schema_version`` set."""
+        target = self.path / RUN_JSON
+        tmp = target.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **meta}, indent=2, default=str) + "\n")
+        os.replace(tmp, target)
+
+    def close(self) -> None:
+        self.requests.close()
+        self.server_metrics.close()
+        self.server_scrapes.close()
+        self.client_load.close()

@@ -1,0 +1,118 @@
+"""What the master captures about the server besides ``/metrics``, for one run directory.
+
+- ``--server-log PATH``: followed during the run (:class:`~llm_locust.master.logfollow.LogFollower`)
+  into ``server.log`` + ``server_log_stamps.csv``;
+- ``--server-log-cmd "CMD"``: the output of a command started on the master (``kubectl logs -f …``,
+  ``ssh host tail -F …``) followed the same way (:class:`~llm_locust.master.logcmd.CommandLogFollower`);
+- ``--server-log-format FILE``: copied as ``server_log_format.toml``;
+- ``GET /props`` (llama.cpp) and ``GET /info`` (TGI): their JSON bodies, when the server answers
+  them, in ``server_info.json`` (the slot count and batch settings the server reports);
+- ``run.json`` gains ``server_log`` (the followed path) or ``server_log_cmd``, ``server_log_format`` and
+  ``utc_offset_s`` (the master's UTC offset: the default zone of log stamps that carry none).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import gevent
+import requests
+
+from analysis.schema import SERVER_INFO, SERVER_LOG_FORMAT
+from llm_locust.auth import auth_headers
+from llm_locust.master.config import MasterConfig
+from llm_locust.master.logcmd import CommandLogFollower
+from llm_locust.master.logfollow import LogFollower
+
+logger = logging.getLogger(__name__)
+
+INFO_PATHS: tuple[str, ...] = ("/props", "/info")
+"""Endpoints whose JSON says how the server is configured (llama.cpp, TGI)."""
+INFO_TIMEOUT_S = 3.0
+
+
+def fetch_server_info(host: str, *, headers: dict | None = None) -> dict:
+    """``{url: JSON body}`` of the :data:`INFO_PATHS` that answer 200 with a JSON object."""
+    found = {}
+    for path in INFO_PATHS:
+        url = host.rstrip("/") + path
+        try:
+            response = requests.get(url, headers=headers or {}, timeout=INFO_TIMEOUT_S)
+            if response.status_code == 200:
+                body = response.json()
+                if isinstance(body, dict):
+                    found[url] = body
+        except (requests.RequestException, ValueError):
+            continue
+    return found
+
+
+class ServerCapture:
+    """Starts and stops the capture of one run (see the module docstring).
+
+    Parameters
+    ----------
+    config : MasterConfig
+        The run's :class:`~llm_locust.master.config.MasterConfig` (``server_log``,
+        ``server_log_cmd``, ``server_log_format``, ``api_key``).
+    host : str or None
+        The target (for ``/props`` and ``/info``).
+    run_dir : Path
+
+    Raises
+    ------
+    ValueError
+        ``--server-log`` names the run directory's own ``server.log``, or ``--server-log-cmd``
+        cannot be split or its program is not found.
+    OSError
+        ``--server-log-format`` cannot be copied.
+    """
+
+    def __init__(self, config: MasterConfig, host: str | None, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.meta: dict = {"utc_offset_s": time.localtime().tm_gmtoff}
+        self.follower: LogFollower | None = None  # a CommandLogFollower with --server-log-cmd
+        source = config.server_log
+        if source:
+            self.follower = LogFollower(Path(source), self.run_dir)
+            self.meta["server_log"] = str(source)
+        command = getattr(config, "server_log_cmd", "")
+        if command and self.follower is None:
+            self.follower = CommandLogFollower(command, self.run_dir)
+            self.meta["server_log_cmd"] = command
+        fmt = config.server_log_format
+        if fmt:
+            shutil.copyfile(fmt, self.run_dir / SERVER_LOG_FORMAT)
+            self.meta["server_log_format"] = str(fmt)
+        self._headers = auth_headers(config.api_key)
+        self._host = host
+        self._info: gevent.Greenlet | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        """Start following the log and fetch the server's info endpoints in the background."""
+        if self.follower is not None:
+            self.follower.start()
+        if self._host:
+            self._info = gevent.spawn(self._write_info)
+
+    def _write_info(self) -> None:
+        info = fetch_server_info(self._host, headers=self._headers)
+        if info:
+            (self.run_dir / SERVER_INFO).write_text(json.dumps(info, indent=2) + "\n")
+
+    def stop(self) -> None:
+        """Copy the rest of the log and close it (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._info is not None:
+            self._info.join(timeout=2 * INFO_TIMEOUT_S * len(INFO_PATHS))
+            self._info = None
+        if self.follower is not None:
+            self.follower.stop()
+            logger.info("server log: %d lines copied from %s", self.follower.lines, self.follower.source)

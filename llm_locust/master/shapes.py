@@ -1,0 +1,185 @@
+"""Load shapes for the diagnosis: a concurrency ladder and a single-request baseline.
+
+Both run on the master (or a standalone process) and record the wall-clock start of each step,
+which :mod:`llm_locust.master.rundir` writes to ``run.json`` (``shape.steps``) for ``analysis/``.
+Options come from Locust's parsed options (``--ladder``, ``--dwell-s``, ``--warmup-s``,
+``--drain-s``, ``--baseline-requests``), read and checked once, at the shape's first tick (the
+test has started: the web UI can no longer change them), into a frozen :class:`LadderSettings`.
+
+A worker lost mid-run (no heartbeat for 3 s: Locust marks it ``missing``) takes its users with
+it, and Locust's master dispatches them again only with ``--enable-rebalancing``; the shape runner
+calls ``start`` only when the tick's value changes. So at each tick both shapes look for workers
+newly marked missing and, when there are, make the runner dispatch the current step again
+(``runner.shape_last_tick = None``): the users come back on the workers left, about 4–5 s after
+the worker died (:mod:`llm_locust.master.workerloss` records the loss).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from locust import LoadTestShape
+from locust.runners import STATE_MISSING
+
+from llm_locust.options import parse_ladder, validate_options
+
+SPAWN_RATE_USERS_PER_S = 1000.0
+"""Users started per second at a step change: fast enough that the ramp ends within the warm-up."""
+
+
+class _RecordingShape(LoadTestShape):
+    """A shape that records when each step started (wall clock) and describes itself."""
+
+    abstract = True
+    kind = "none"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[dict] = []
+        self._missing: set[str] = set()
+
+    def _regain_lost_users(self) -> None:
+        """When a worker is newly missing, have the runner dispatch the current tick again (over
+        the workers left: Locust's dispatcher already dropped the missing one)."""
+        clients = getattr(self.runner, "clients", None)
+        if clients is None:
+            return
+        missing = {client.id for client in clients.all if client.state == STATE_MISSING}
+        if missing - self._missing and (clients.ready or clients.spawning or clients.running):
+            self.runner.shape_last_tick = None
+        self._missing = missing
+
+    def _enter_step(self, index: int, users: int, *, start_s: float | None = None, **extra) -> None:
+        """Record step ``index`` as started now (or at ``start_s``, wall clock), with ``extra``
+        keys; the previous step ends then."""
+        if len(self.steps) <= index:
+            now = time.time() if start_s is None else start_s
+            if self.steps:
+                self.steps[-1]["end_s"] = now
+            self.steps.append({"index": index, "users": users, "start_s": now, "end_s": None, **extra})
+
+    def _finish(self, end_s: float | None = None) -> None:
+        if self.steps and self.steps[-1]["end_s"] is None:
+            self.steps[-1]["end_s"] = time.time() if end_s is None else end_s
+
+    def _drain(self, drain_time_s: float, drain_s: float):
+        """After the last step: let in-flight requests finish (and be recorded), then stop.
+
+        Users stop gracefully (Locust's ``stop_timeout``, raised to ``--drain-s`` for this) so the
+        requests of the last step that are still streaming complete and count in its in-flight
+        average; at most ``--drain-s`` seconds, plus the workers' report delay.
+        """
+        self._finish()
+        if drain_s <= 0 or (drain_time_s > 0 and self.get_current_user_count() == 0) or drain_time_s > drain_s + 10:
+            return None
+        environment = self.runner.environment
+        environment.stop_timeout = max(environment.stop_timeout or 0.0, drain_s)
+        return 0, SPAWN_RATE_USERS_PER_S
+
+    def describe(self) -> dict:
+        """The ``shape`` object of run.json: kind, settings and the steps run so far."""
+        return {"kind": self.kind, "steps": [dict(step) for step in self.steps]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LadderSettings:
+    """A ladder's settings: users per step, seconds per step, warm-up and drain, s."""
+
+    ladder: tuple[int, ...]
+    dwell_s: float
+    warmup_s: float
+    drain_s: float
+
+    @classmethod
+    def from_options(cls, options) -> LadderSettings:
+        """Read and check ``--ladder``, ``--dwell-s``, ``--warmup-s``, ``--drain-s``.
+
+        Raises
+        ------
+        ValueError
+            From :func:`~llm_locust.options.validate_options` (a malformed ladder, a warm-up
+            not shorter than the dwell).
+        """
+        validate_options(options)
+        return cls(
+            ladder=tuple(parse_ladder(options.ladder)),
+            dwell_s=float(options.dwell_s),
+            warmup_s=float(options.warmup_s),
+            drain_s=float(options.drain_s),
+        )
+
+
+class LadderShape(_RecordingShape):
+    """Concurrency ladder: hold each of ``--ladder`` (e.g. 1,2,4,8) users for ``--dwell-s`` seconds.
+
+    The first ``--warmup-s`` seconds of each step are recorded as warm-up; ``analysis/`` leaves
+    them out. After the last step, requests still in flight get up to ``--drain-s`` seconds to
+    finish (no new ones start), then the test stops by itself.
+
+    Raises
+    ------
+    ValueError
+        From :func:`~llm_locust.options.parse_ladder` on a malformed ladder, or when
+        ``--warmup-s`` is not shorter than ``--dwell-s``.
+    """
+
+    kind = "ladder"
+    _settings: LadderSettings | None = None
+
+    def settings(self) -> LadderSettings:
+        """The ladder's settings, read from the parsed options on first use."""
+        if self._settings is None:
+            self._settings = LadderSettings.from_options(self.runner.environment.parsed_options)
+        return self._settings
+
+    def tick(self):
+        settings = self.settings()
+        ladder, dwell_s = settings.ladder, settings.dwell_s
+        self._regain_lost_users()
+        run_time = self.get_run_time()
+        index = int(run_time // dwell_s)
+        if index < len(ladder):
+            self._enter_step(index, ladder[index])
+            return ladder[index], SPAWN_RATE_USERS_PER_S
+        return self._drain(run_time - len(ladder) * dwell_s, settings.drain_s)
+
+    def describe(self) -> dict:
+        description = super().describe()
+        settings = self.settings()
+        description.update(ladder=list(settings.ladder), dwell_s=settings.dwell_s, warmup_s=settings.warmup_s)
+        return description
+
+
+class BaselineShape(_RecordingShape):
+    """Single-request baseline: one user, one stream at a time, until ``--baseline-requests``
+    requests have completed (as counted in Locust's stats on this process), then stop.
+
+    The exact count is kept by the user (:class:`~llm_locust.client.baseline.BaselineUser`, which
+    stops itself after N requests): workers report every few seconds, so this shape alone would
+    let a few extra requests through. ``analysis/`` takes the first N by start time either way.
+    """
+
+    kind = "baseline"
+    _requests: int | None = None
+
+    def requests(self) -> int:
+        """``--baseline-requests``, read and checked on first use."""
+        if self._requests is None:
+            options = self.runner.environment.parsed_options
+            validate_options(options)
+            self._requests = int(options.baseline_requests)
+        return self._requests
+
+    def tick(self):
+        self._regain_lost_users()
+        if self.runner.stats.total.num_requests >= self.requests():
+            self._finish()
+            return None
+        self._enter_step(0, 1)
+        return 1, 1.0
+
+    def describe(self) -> dict:
+        description = super().describe()
+        description.update(requests=self.requests(), warmup_s=0.0)
+        return description

@@ -1,0 +1,407 @@
+"""``llm-locust diagnose``: the playbook's whole order against one server, as one command.
+
+1. Single-request baseline: ``--baseline-requests`` requests one at a time (fixed prompt set,
+   temperature 0, fixed ``--max-tokens``), medians (``<round>/baseline/``).
+2. Startup-config check: did the batching settings take effect (server log, ``/props``, ``/info``).
+3. Ladder (``<round>/ladder/``) until the knee is passed: while the critical concurrency is not
+   reached and throughput still rises at the top step, the ladder is run again with two more
+   doublings, bounded by ``--max-users`` and ``--time-budget-s`` (the earlier attempt is kept as
+   ``ladder-try<N>/``). With ``--rates`` the ladder is a request-rate ladder (``--shape rate``):
+   its steps are offered requests/s, extended the same way up to ``--max-rate``, sent by a pool
+   of ``--max-users`` users.
+4. Verdict and recommendations (the single-run analysis, :mod:`analysis.report.pipeline`), and
+   the ``--fail-on`` thresholds checked on each round's ladder (exit 3 when one fails).
+5. With ``--host-b`` (a second server) or ``--compare-to`` (an earlier round): the A/B round and the
+   attribution (:mod:`analysis.compare`), ``compare/``.
+
+Everything lands under ``--out``: one folder per round and ``report/index.html`` linking them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llm_locust.options import parse_ladder, parse_rates, positive_float, positive_int
+
+ATTEMPT_OVERHEAD_S = 30.0
+"""Start-up, drain and analysis of one Locust run beyond its steps, s (for the time budget)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``diagnose`` flags; any other flag goes to Locust unchanged (as with ``run``)."""
+    parser.add_argument("--host", required=True, help="The server, without /v1 (round a)")
+    parser.add_argument("--host-b", default=None, help="A second server to compare with (round b)")
+    parser.add_argument(
+        "--compare-to",
+        type=Path,
+        default=None,
+        metavar="ROUND",
+        help="An earlier round (run directory or round folder) to compare with; it is the baseline round",
+    )
+    parser.add_argument("--model", default="", help="Model of round a (default: the server's first)")
+    parser.add_argument("--model-b", default=None, help="Model of round b (default: --model)")
+    parser.add_argument(
+        "--label", action="append", default=[], metavar="KEY=VALUE", help="Label of round a (repeatable)"
+    )
+    parser.add_argument(
+        "--label-b", action="append", default=[], metavar="KEY=VALUE", help="Label of round b (repeatable)"
+    )
+    parser.add_argument("--server-log", default=None, help="Server log of round a to follow")
+    parser.add_argument("--server-log-b", default=None, help="Server log of round b to follow")
+    parser.add_argument("--out", type=Path, default=None, help="Output folder (default runs/diagnose-<time>)")
+    parser.add_argument(
+        "--baseline-requests", type=positive_int, default=10, help="Single-request repeats (default 10)"
+    )
+    parser.add_argument("--ladder", default=None, help="Starting ladder, users (default 1,2,4,8)")
+    parser.add_argument(
+        "--rates",
+        default=None,
+        metavar="R1,R2,...",
+        help="A request-rate ladder instead (requests/s, --shape rate), e.g. 1,2,4,8",
+    )
+    parser.add_argument(
+        "--max-users",
+        type=positive_int,
+        default=64,
+        help="Never extend the ladder past this; with --rates: the users that send the schedule (default 64)",
+    )
+    parser.add_argument(
+        "--max-rate",
+        type=positive_float,
+        default=64.0,
+        help="With --rates: never extend the rate ladder past this, requests/s (default 64)",
+    )
+    parser.add_argument(
+        "--time-budget-s",
+        type=positive_float,
+        default=1800.0,
+        help="No ladder extension that would end past this many seconds after the start (default 1800)",
+    )
+    parser.add_argument("--dwell-s", type=positive_float, default=20.0, help="Seconds per ladder step (default 20)")
+    parser.add_argument("--warmup-s", type=float, default=5.0, help="Warm-up left out of each step (default 5)")
+    parser.add_argument("--max-tokens", type=positive_int, default=64, help="max_tokens per request (default 64)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="Locust workers for the ladder (default 2)")
+    from analysis.cli import add_fail_on_argument
+
+    add_fail_on_argument(parser)
+
+
+def extended_ladder(ladder: list, bound: float) -> list:
+    """The ladder with two more doublings of its top step, those not above ``bound``.
+
+    >>> extended_ladder([1, 2, 4], 16)
+    [1, 2, 4, 8, 16]
+    >>> extended_ladder([0.5, 1.0], 3.0)
+    [0.5, 1.0, 2.0]
+    """
+    return list(ladder) + [x for x in (ladder[-1] * 2, ladder[-1] * 4) if x <= bound]
+
+
+def possible_ladder(ladder: list[int], max_users: int) -> list[int]:
+    """Every step the ladder may climb: the starting ladder and its doublings up to ``max_users``.
+
+    >>> possible_ladder([1, 2, 4], 16)
+    [1, 2, 4, 8, 16]
+    """
+    steps = list(ladder)
+    while steps[-1] * 2 <= max_users:
+        steps.append(steps[-1] * 2)
+    return steps
+
+
+@dataclass
+class RoundRun:
+    """What one measured round produced (folders and analyses)."""
+
+    name: str
+    folder: Path
+    baseline: object = None
+    ladder: object = None
+    notes: list[str] = field(default_factory=list)
+    failed: bool = False
+
+
+def _rising_at_top(result, min_gain: float = 1.15) -> bool:
+    """Throughput still rises over the last two measured steps (gain per doubling of the load,
+    users or offered requests/s, >= ``min_gain``)."""
+    from analysis.loadaxis import load_axis
+
+    column = load_axis(result.table).column
+    table = result.table.dropna(subset=["output_tps"]).sort_values(column)
+    if len(table) < 2:
+        return False
+    (u0, t0), (u1, t1) = table[[column, "output_tps"]].to_numpy()[-2:]
+    if t0 <= 0 or u1 <= u0:
+        return t1 > t0
+    return (t1 / t0) ** (1.0 / math.log2(u1 / u0)) >= min_gain
+
+
+def check_compare_to_axis(path: Path, *, rate: bool) -> None:
+    """Refuse (``ValueError``, an :class:`analysis.compare.changes.LoadAxisMismatch`) a
+    ``--compare-to`` round whose ladder steps a different load axis than the one this diagnosis
+    will run (a concurrency ladder, or a ``--rates`` ladder), before any load is sent.
+
+    Raises
+    ------
+    analysis.rundir.RunDirError
+        The round cannot be read.
+    """
+    from analysis.compare.changes import LoadAxisMismatch, load_round
+    from analysis.loadaxis import RATE, load_axis
+
+    earlier = load_round(path)
+    if earlier.ladder is None:
+        return
+    if (load_axis(earlier.ladder.steps) is RATE) != rate:
+        this = "a request-rate ladder (--rates)" if rate else "a concurrency ladder (--ladder)"
+        other = "a request-rate ladder" if not rate else "a concurrency ladder"
+        raise LoadAxisMismatch(
+            f"--compare-to {path}: its ladder is {other}, this diagnosis runs {this}; the rounds' "
+            "steps, knees and critical values would be in different units (different load axes)"
+        )
+
+
+class Stopped(Exception):
+    """The user stopped a run (Ctrl-C, SIGTERM) or it hit its timeout: no further phase starts."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+def _locust(locustfile: str, run_dir: Path, workers: int, args: list[str], timeout_s: float, signals) -> int:
+    """Run one Locust shape; raise :class:`Stopped` when it was stopped (124/130/143)."""
+    from llm_locust.run.launcher import STOPPED_CODES, LocustRun, run_locust
+    from llm_locust.run.preflight import LOCUSTFILES
+
+    code = run_locust(
+        LocustRun(
+            locustfile=LOCUSTFILES / locustfile, run_dir=run_dir, workers=workers, locust_args=args, timeout_s=timeout_s
+        ),
+        signals=signals,
+    )
+    if code in STOPPED_CODES:
+        raise Stopped(code)
+    return code
+
+
+def measure_round(
+    name: str,
+    folder: Path,
+    *,
+    host: str,
+    model: str,
+    labels: list[str],
+    server_log: str | None,
+    args: argparse.Namespace,
+    extra: list[str],
+    ladder: list,
+    started: float,
+    signals,
+) -> tuple[RoundRun, list]:
+    """Baseline, config check, ladder (extended while throughput rises), verdict; prints as it goes.
+
+    Returns
+    -------
+    (RoundRun, list)
+        The round and the ladder it ended with (users, or requests/s with ``args.rates``).
+    """
+    from analysis.cli import print_result
+    from analysis.loadaxis import fmt_number
+    from analysis.report.pipeline import analyze_run
+    from llm_locust.run.postrun import report_outcome
+
+    out = RoundRun(name=name, folder=folder)
+    common = [
+        "--host",
+        host,
+        "--max-tokens",
+        str(args.max_tokens),
+        "--temperature",
+        "0",
+        *(["--model", model] if model else []),
+        *[x for label in labels for x in ("--label", label)],
+        *(["--server-log", server_log] if server_log else []),
+        *extra,
+    ]
+    print(
+        f"\n=== round {name}: {host} ===\n-- 1. single-request baseline ({args.baseline_requests} requests, one at a time)"
+    )
+    _locust(
+        "baseline.py",
+        folder / "baseline",
+        1,
+        [*common, "--baseline-requests", str(args.baseline_requests)],
+        60.0 + args.baseline_requests * 120.0,
+        signals,
+    )
+    if report_outcome(folder / "baseline", prog="llm-locust diagnose"):
+        out.failed = True
+        return out, ladder
+    out.baseline = analyze_run(folder / "baseline")
+    print(out.baseline.baseline.text if out.baseline.baseline else "baseline: no figures")
+    print("-- 2. startup-config check")
+    print(out.baseline.config_check.line if out.baseline.config_check else "no server configuration read")
+    for detail in out.baseline.config_check.details if out.baseline.config_check else ():
+        print(f"  {detail}")
+    attempt = 1
+    rate = bool(args.rates)
+    unit, bound = ("req/s", args.max_rate) if rate else ("users", args.max_users)
+    while True:
+        steps = ",".join(map(fmt_number, ladder))
+        print(
+            f"-- 3. {'rate ladder' if rate else 'ladder'} {steps}{' req/s' if rate else ''}, {args.dwell_s:g} s a step"
+        )
+        run_dir = folder / "ladder"
+        _locust(
+            "rate.py" if rate else "ladder.py",
+            run_dir,
+            args.workers,
+            [
+                *common,
+                *(["--rates", steps, "--max-users", str(args.max_users)] if rate else ["--ladder", steps]),
+                "--dwell-s",
+                str(args.dwell_s),
+                "--warmup-s",
+                str(args.warmup_s),
+            ],
+            len(ladder) * args.dwell_s + 180.0,
+            signals,
+        )
+        if report_outcome(run_dir, prog="llm-locust diagnose"):
+            out.failed = True
+            return out, ladder
+        out.ladder = analyze_run(run_dir, fail_on=getattr(args, "thresholds", ()))
+        if out.ladder.critical.users is not None or not _rising_at_top(out.ladder):
+            break
+        longer = extended_ladder(ladder, bound)
+        needed_s = len(longer) * args.dwell_s + ATTEMPT_OVERHEAD_S
+        top = f"{fmt_number(ladder[-1])} {unit}"
+        if len(longer) == len(ladder):
+            flag = f"--max-rate {fmt_number(bound)}" if rate else f"--max-users {bound}"
+            out.notes.append(f"throughput still rises at {top}; {flag} stops the ladder")
+            break
+        if time.monotonic() - started + needed_s > args.time_budget_s:
+            out.notes.append(
+                f"throughput still rises at {top}; the time budget "
+                f"({args.time_budget_s:g} s) leaves no room for {[fmt_number(x) for x in longer]}"
+            )
+            break
+        print(f"throughput still rises at {top}: extending the ladder to {[fmt_number(x) for x in longer]}")
+        run_dir.rename(folder / f"ladder-try{attempt}")
+        attempt, ladder = attempt + 1, longer
+    for note in out.notes:
+        print(f"Note: {note}")
+    print("-- 4. verdict and recommendations")
+    print_result(out.ladder)
+    return out, ladder
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    """The whole order; returns 0, 1 when a round had no successful request, 2 on bad arguments
+    (a malformed ``--fail-on`` among them, refused before any load) or when the comparison is
+    refused (different workloads, or a ``--compare-to`` round of the other load axis: refused
+    before any load), 3 when a round's ladder failed a ``--fail-on`` threshold,
+    124/130/143 when a run was stopped (timeout, Ctrl-C, SIGTERM: no further phase starts, the
+    runs so far are kept)."""
+    from analysis.compare import WorkloadMismatch, compare_rounds, write_comparison
+    from analysis.compare.changes import LoadAxisMismatch
+    from analysis.compare.cli import print_comparison
+    from analysis.compare.html import write_index
+    from analysis.rundir import RunDirError
+    from analysis.thresholds import EXIT_THRESHOLD_FAILED, check_steps, parse_thresholds
+    from llm_locust.auth import API_KEY_ENV, api_key_out_of_argv
+    from llm_locust.run.launcher import SigtermAsInterrupt
+    from llm_locust.run.preflight import default_run_dir, preflight_or_exit
+
+    try:
+        if args.ladder is not None and args.rates is not None:
+            raise ValueError("give --ladder (users) or --rates (requests/s), not both")
+        ladder: list = parse_rates(args.rates) if args.rates is not None else parse_ladder(args.ladder or "1,2,4,8")
+        if args.host_b and args.compare_to:
+            raise ValueError("give --host-b or --compare-to, not both")
+        if args.compare_to and not args.compare_to.exists():
+            raise ValueError(f"--compare-to {args.compare_to}: no such folder")
+        if args.compare_to:
+            check_compare_to_axis(args.compare_to, rate=args.rates is not None)
+        args.thresholds = parse_thresholds(args.fail_on)
+        if args.rates is not None:
+            if any(t.where not in (None, "knee") for t in args.thresholds):
+                raise ValueError("--fail-on @N names a step's users; with --rates give @knee or no step")
+        else:
+            check_steps(args.thresholds, possible_ladder(ladder, args.max_users))
+    except (ValueError, RunDirError) as exc:
+        print(f"llm-locust diagnose: error: {exc}", file=sys.stderr)
+        return 2
+    # the key the Locust runs will send (--api-key among the Locust flags, else LLM_LOCUST_API_KEY)
+    api_key = api_key_out_of_argv(extra)[1] or os.environ.get(API_KEY_ENV, "")
+    for host, model in ((args.host, args.model), (args.host_b, args.model_b or args.model)):
+        if host:
+            preflight_or_exit(host, model=model, api_key=api_key, prog="llm-locust diagnose", model_required=False)
+    out = args.out or default_run_dir("diagnose")
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"output: {out}")
+    started = time.monotonic()
+    rounds: list[RoundRun] = []
+    with SigtermAsInterrupt() as signals:
+        try:
+            first, ladder = measure_round(
+                "a",
+                out / "round-a",
+                host=args.host,
+                model=args.model,
+                labels=args.label,
+                server_log=args.server_log,
+                args=args,
+                extra=extra,
+                ladder=ladder,
+                started=started,
+                signals=signals,
+            )
+            rounds.append(first)
+            if args.host_b and not first.failed:
+                second, _ = measure_round(
+                    "b",
+                    out / "round-b",
+                    host=args.host_b,
+                    model=args.model_b or args.model,
+                    labels=args.label_b,
+                    server_log=args.server_log_b,
+                    args=args,
+                    extra=extra,
+                    ladder=ladder,
+                    started=started,
+                    signals=signals,
+                )
+                rounds.append(second)
+        except Stopped as stop:  # what was measured stays in --out; nothing further starts
+            print(f"llm-locust diagnose: stopped (exit {stop.code}); runs so far are in {out}", file=sys.stderr)
+            return stop.code
+    comparison, problem = None, ""
+    paths = [args.compare_to, out / "round-a"] if args.compare_to else [r.folder for r in rounds]
+    if len(paths) > 1 and not any(r.failed for r in rounds):
+        print("\n=== 5. A/B: round table and attribution ===")
+        try:
+            comparison = write_comparison(compare_rounds(paths), out / "compare")
+            print_comparison(comparison)
+        except (WorkloadMismatch, LoadAxisMismatch) as exc:
+            problem = str(exc)
+            print(f"llm-locust diagnose: {problem}", file=sys.stderr)
+    index = write_index(
+        out, [(r.name, r.folder, r.notes) for r in rounds], comparison, compare_to=args.compare_to, problem=problem
+    )
+    print(f"\nreport: {index}")
+    if any(r.failed for r in rounds):
+        return 1
+    if problem:
+        return 2
+    failed = [r for r in rounds if any(c.failed for c in getattr(r.ladder, "thresholds", ()))]
+    for r in failed:
+        print(f"llm-locust diagnose: round {r.name} failed a --fail-on threshold", file=sys.stderr)
+    return EXIT_THRESHOLD_FAILED if failed else 0
