@@ -6,7 +6,7 @@ from locust.argument_parser import get_parser
 from locust.env import Environment
 
 import llm_locust.plugin  # noqa: F401  (registers llm-locust's options on Locust's parser)
-from llm_locust.user import LLMUser
+from llm_locust.client.user import LLMUser
 
 
 def make_users(host: str, count: int, *args: str, shared_reader: bool = True):

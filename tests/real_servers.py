@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_locust.launcher import free_port
+from llm_locust.run.launcher import free_port
 from tests.conftest import SHARED, require_shared
 
 REAL_SERVERS = SHARED / "real-servers"

@@ -17,9 +17,12 @@ closes the connection without a byte of response (``"unanswered": "reset"`` abor
 instead; ``"unanswered_after_s"`` holds the request that long first), as a server does when it
 closes a kept-alive connection just as a client reuses it.
 ``"later_writes"`` replaces ``writes`` for the second and later requests on a connection.
+``"later_connections"`` replaces ``writes`` for every connection after the first (e.g. a
+``/metrics`` that answers once, then hangs). An item ``{"repeat": "text", "times": n}`` sends
+``text`` n times in a row (a body of any size without holding it in memory).
 
 On stderr it records ``CONN <n>`` for each accepted connection, ``REQ <request line>`` and
-``BODY <hex>`` for each request, and ``SENT <i> <time.time()>`` just before each write, so tests can compare the client's stamps
+``BODY <hex>`` for each request, and ``SENT <i> <time.time()> <connection n>`` just before each write, so tests can compare the client's stamps
 with the server's send times and count connections.
 
 :func:`sse_script` builds the writes of a ``text/event-stream`` response.
@@ -90,6 +93,25 @@ def sse_script(
     return {"writes": writes, "keep_alive": keep_alive}
 
 
+def body_script(
+    body: str | dict,
+    *,
+    status: str = "200 OK",
+    delay_s: float = 0.0,
+    content_type: str = "text/plain; version=0.0.4",
+    length: bool = True,
+) -> list:
+    """Writes of one plain (non-streamed) response, e.g. a ``/metrics`` page: headers and body
+    together after ``delay_s``. ``body`` is text or a ``{"repeat": …, "times": n}`` item; with
+    ``length`` it is announced by ``Content-Length``, otherwise delimited by the close."""
+    size = len(body["repeat"].encode()) * int(body["times"]) if isinstance(body, dict) else len(body.encode())
+    head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nConnection: close\r\n"
+    head += f"Content-Length: {size}\r\n" if length else ""
+    if isinstance(body, dict):
+        return [[delay_s, head + "\r\n"], [0.0, body], [0.0, {"close": True}]]
+    return [[delay_s, head + "\r\n" + body], [0.0, {"close": True}]]
+
+
 def _read_request(conn: socket.socket, pending: bytes) -> tuple[bytes | None, bytes, str]:
     """Read one request; return (body, bytes after it, request line), body None when the peer closed."""
     data = pending
@@ -112,8 +134,8 @@ def _read_request(conn: socket.socket, pending: bytes) -> tuple[bytes | None, by
     return rest[:length], rest[length:], head.split(b"\r\n")[0].decode("latin-1")
 
 
-def _serve(conn: socket.socket, script: dict, lock: threading.Lock) -> None:
-    writes = script["writes"]
+def _serve(conn: socket.socket, script: dict, lock: threading.Lock, number: int = 1) -> None:
+    writes = script["later_connections"] if number > 1 and "later_connections" in script else script["writes"]
     answers = script.get("answers_per_connection")
     served = 0
     pending = b""
@@ -144,11 +166,18 @@ def _serve(conn: socket.socket, script: dict, lock: threading.Lock) -> None:
                         return
                     if item.get("close"):
                         return
+                    if "repeat" in item:
+                        with lock:
+                            print(f"SENT {index} {time.time()!r} {number}", file=sys.stderr, flush=True)
+                        piece = item["repeat"].encode("utf-8")
+                        for _ in range(int(item["times"])):
+                            conn.sendall(piece)
+                        continue
                 data = bytes.fromhex(item["hex"]) if isinstance(item, dict) else item.encode("utf-8")
                 # stamp, and log the stamp, before the bytes leave: a test that kills the server as
                 # soon as its client has read them must still find the stamp (loopback send: µs)
                 with lock:
-                    print(f"SENT {index} {time.time()!r}", file=sys.stderr, flush=True)
+                    print(f"SENT {index} {time.time()!r} {number}", file=sys.stderr, flush=True)
                 conn.sendall(data)
             if not script.get("keep_alive"):
                 return
@@ -177,7 +206,7 @@ def main() -> None:
     while time.monotonic() < deadline:
         try:
             conn, _ = server.accept()
-        except socket.timeout:
+        except TimeoutError:
             continue
         connections += 1
         with lock:
@@ -189,7 +218,7 @@ def main() -> None:
             except OSError:
                 conn.close()
                 continue
-        threading.Thread(target=_serve, args=(conn, script, lock), daemon=True).start()
+        threading.Thread(target=_serve, args=(conn, script, lock, connections), daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -6,10 +6,10 @@ import datetime as dt
 
 import numpy as np
 
-from analysis.series import time_average
-from analysis.serverlog import LogClock, LogText, parse_server_log
+from analysis.server.series import time_average
+from analysis.server.serverlog import LogClock, LogText, parse_server_log
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def unix(*args, tz=UTC) -> float:
@@ -17,11 +17,11 @@ def unix(*args, tz=UTC) -> float:
     return dt.datetime(*args, tzinfo=tz).timestamp()
 
 
-def parse(lines: list[str], *, arrival_s=None, reference_s: float | None = None,
-          tz: str = "UTC", **kwargs):
+def parse(lines: list[str], *, arrival_s=None, reference_s: float | None = None, tz: str = "UTC", **kwargs):
     """Parse ``lines`` (joined with newlines) as one log."""
-    log = LogText.from_text("\n".join(lines) + "\n",
-                            arrival_s=None if arrival_s is None else np.asarray(arrival_s, float))
+    log = LogText.from_text(
+        "\n".join(lines) + "\n", arrival_s=None if arrival_s is None else np.asarray(arrival_s, float)
+    )
     return parse_server_log(log, clock=LogClock(reference_s=reference_s, tz=tz), **kwargs)
 
 

@@ -14,7 +14,11 @@ def chat(content=None, *, role=False, finish=None, reasoning=None, usage=None, t
         delta["reasoning_content"] = reasoning
     if tool is not None:
         delta["tool_calls"] = [{"index": 0, "function": {"name": tool, "arguments": "{}"}}]
-    chunk = {"id": rid, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    chunk = {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     if usage is not None:
         chunk["usage"] = usage
     return chunk

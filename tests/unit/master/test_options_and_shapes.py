@@ -1,0 +1,227 @@
+"""Options, load shapes and run.json redaction."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from llm_locust.client.prompts import DEFAULT_PROMPTS, load_prompts, prompt_set_sha256
+from llm_locust.master.config import parse_labels
+from llm_locust.master.recorder import redact_argv
+from llm_locust.master.shapes import BaselineShape, LadderShape
+from llm_locust.options import parse_ladder
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+
+def make_shape(shape_class, clock: FakeClock, **options):
+    shape = shape_class()
+    shape.get_run_time = lambda: clock.t
+    total = argparse.Namespace(num_requests=0)
+    shape.runner = argparse.Namespace(
+        environment=argparse.Namespace(parsed_options=argparse.Namespace(**options), stop_timeout=0.0),
+        stats=argparse.Namespace(total=total),
+        user_count=0,
+    )
+    shape.get_current_user_count = lambda: shape.runner.user_count
+    return shape, total
+
+
+def test_ladder_holds_each_step_then_stops():
+    clock = FakeClock()
+    shape, _ = make_shape(LadderShape, clock, ladder="1,2,4", dwell_s=10.0, warmup_s=2.0, drain_s=15.0)
+    seen = {}
+    for t in [0, 5, 9.9, 10, 19.9, 20, 29.9]:
+        clock.t = t
+        seen[t] = shape.tick()[0]
+    assert seen == {0: 1, 5: 1, 9.9: 1, 10: 2, 19.9: 2, 20: 4, 29.9: 4}
+    # after the last step: zero users with a graceful stop until the users are gone (drain)
+    shape.runner.user_count = 4
+    clock.t = 30.0
+    assert shape.tick() == (0, pytest.approx(1000.0))
+    assert shape.runner.environment.stop_timeout == 15.0
+    clock.t = 40.0
+    assert shape.tick()[0] == 0
+    shape.runner.user_count = 0
+    assert shape.tick() is None
+    described = shape.describe()
+    assert [s["users"] for s in described["steps"]] == [1, 2, 4]
+    assert all(s["end_s"] is not None for s in described["steps"])
+    assert described["steps"][0]["end_s"] == described["steps"][1]["start_s"]
+    assert (described["dwell_s"], described["warmup_s"], described["kind"]) == (10.0, 2.0, "ladder")
+
+
+def test_ladder_rejects_warmup_not_shorter_than_dwell():
+    shape, _ = make_shape(LadderShape, FakeClock(), ladder="1,2", dwell_s=5.0, warmup_s=5.0)
+    with pytest.raises(ValueError, match="warmup"):
+        shape.tick()
+
+
+def test_baseline_stops_after_n_requests():
+    shape, total = make_shape(BaselineShape, FakeClock(), baseline_requests=3)
+    assert shape.tick() == (1, 1.0)
+    total.num_requests = 3
+    assert shape.tick() is None
+    assert shape.describe()["requests"] == 3
+
+
+@pytest.mark.parametrize("text", ["", "2,1", "0,1", "1,1", "a,b"])
+def test_bad_ladders_are_refused(text):
+    with pytest.raises(ValueError):
+        parse_ladder(text)
+
+
+def test_api_key_never_reaches_the_command_line_record():
+    argv = ["locust", "--api-key", "sk-secret", "--api-key=sk-other", "--model", "m"]
+    assert "sk-secret" not in " ".join(redact_argv(argv)) and "sk-other" not in " ".join(redact_argv(argv))
+
+
+def test_labels_and_prompts(tmp_path):
+    assert parse_labels(["quant=awq", "note=a=b"]) == {"quant": "awq", "note": "a=b"}
+    with pytest.raises(ValueError):
+        parse_labels(["nokey"])
+    path = tmp_path / "p.txt"
+    path.write_text("one\n\ntwo\n")
+    assert load_prompts(path) == ("one", "two")
+    assert load_prompts(None) == DEFAULT_PROMPTS
+    assert prompt_set_sha256(("a", "b")) != prompt_set_sha256(("b", "a"))
+    empty = tmp_path / "e.txt"
+    empty.write_text("\n")
+    with pytest.raises(ValueError):
+        load_prompts(empty)
+
+
+@pytest.mark.parametrize(
+    ("options", "flag"),
+    [
+        (dict(ladder="3,1"), "--ladder"),
+        (dict(dwell_s=0.0), "--dwell-s"),
+        (dict(dwell_s=10.0, warmup_s=10.0), "--warmup-s"),
+        (dict(drain_s=-1.0), "--drain-s"),
+        (dict(scrape_interval_s=0.0), "--scrape-interval-s"),
+        (dict(max_tokens=0), "--max-tokens"),
+        (dict(baseline_requests=0), "--baseline-requests"),
+    ],
+)
+def test_validate_options_names_the_bad_flag(options, flag):
+    from llm_locust.options import validate_options
+
+    with pytest.raises(ValueError, match=flag):
+        validate_options(argparse.Namespace(**options))
+
+
+def test_option_types_reject_bad_values_in_locusts_parser(capsys):
+    from locust.argument_parser import get_parser
+
+    import llm_locust.plugin  # noqa: F401
+
+    parser = get_parser()
+    for flags in (["--ladder", "2,1"], ["--dwell-s", "0"], ["--drain-s", "-1"], ["--scrape-interval-s", "0"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(flags)
+    assert parser.parse_args(["--ladder", "1,2"]).ladder == "1,2"
+
+
+def test_plain_locust_with_bad_options_exits_2_without_a_traceback(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ladder = Path(__file__).resolve().parents[3] / "locustfiles" / "ladder.py"
+    out = subprocess.run([sys.executable, "-m", "locust", "-f", str(ladder), "--headless", "--host", "http://127.0.0.1:1",
+                          "--warmup-s", "30", "--dwell-s", "20", "--run-dir", str(tmp_path / "r")],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 2
+    assert "--warmup-s" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_api_key_abbreviated_or_anywhere_is_redacted():
+    argv = ["locust", "--api-k", "sk-a", "--api=sk-b", "--label", "note=sk-c"]
+    out = redact_argv(argv, secret="sk-c")
+    assert not any(s in " ".join(out) for s in ("sk-a", "sk-b", "sk-c"))
+
+
+@pytest.mark.parametrize("name", ["prompts_file", "payload_file"])
+def test_a_missing_empty_or_malformed_input_file_is_refused_before_any_load(tmp_path, name):
+    import argparse
+
+    from llm_locust.options import validate_options
+
+    flag = "--" + name.replace("_", "-")
+    empty, bad, good = tmp_path / "empty.txt", tmp_path / "bad.json", tmp_path / "good.json"
+    empty.write_text("")
+    bad.write_text("{not json")
+    good.write_text('["one prompt"]')
+    for path, cause in ((tmp_path / "nope.txt", "No such file"), (empty, "")):
+        with pytest.raises(ValueError, match=f"^{flag} {path}: .*{cause}"):
+            validate_options(argparse.Namespace(**{name: str(path)}))
+    if name == "payload_file":
+        with pytest.raises(ValueError, match=f"^{flag} {bad}: "):
+            validate_options(argparse.Namespace(**{name: str(bad)}))
+    validate_options(argparse.Namespace(**{name: str(good)}))
+
+
+def _refused(name: str, path) -> str:
+    import argparse
+
+    from llm_locust.options import validate_options
+
+    with pytest.raises(ValueError) as info:
+        validate_options(argparse.Namespace(**{name: str(path)}))
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "cause"),
+    [
+        ('[\n  "one",\n  "two"\n  "three"\n]\n', "not a JSON list: Expecting ',' delimiter at line 4 column 3"),
+        ('["one", 2, "three"]', "a JSON prompt file must be a list of strings; item 1 is 2"),
+        ("[INST] hello [/INST]\nsecond prompt\n", "starts with '[' but is not a JSON list"),
+        (b"first prompt\nsecond \xff prompt\n", "not UTF-8 text: byte offset 20 (line 2)"),
+    ],
+    ids=["json syntax", "json non-string item", "text starting with [", "not utf-8"],
+)
+def test_a_malformed_prompts_file_is_named_with_its_line_before_any_load(tmp_path, content, cause):
+    path = tmp_path / "prompts.txt"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    message = _refused("prompts_file", path)
+    assert message.startswith(f"--prompts-file {path}: ") and cause in message, message
+
+
+@pytest.mark.parametrize(
+    ("content", "cause"),
+    [
+        (
+            "name = 'x'\n[log]\ntimestamp = ts\nmax_hold_s = 5\n",
+            "not valid TOML (Invalid value (at line 3, column 13))",
+        ),
+        ("name = 'x'\n[log]\npattern = '(?P<running>\\d+)'\n", "[log]: unknown keys ['pattern']"),
+        ("name = 'x'\n[[log.series]]\npattern = '(?P<running>\\d+'\n", "bad regular expression"),
+        ("name = 'x'\n[[log.series]]\npattern = 'Running: (?P<runing>\\d+)'\n", "no named group among"),
+        ("nme = 'x'\n", "top level: unknown keys ['nme']"),
+    ],
+    ids=["toml syntax", "unknown key", "bad regex", "misspelt group", "unknown top-level key"],
+)
+def test_a_malformed_server_log_format_is_refused_before_any_load(tmp_path, content, cause):
+    path = tmp_path / "engine.toml"
+    path.write_text(content)
+    message = _refused("server_log_format", path)
+    assert message.startswith(f"--server-log-format {path}: ") and cause in message, message
+    assert message.count(str(path)) == 1  # named once, not repeated by the parser's own prefix
+
+
+def test_a_well_formed_server_log_format_and_a_missing_one(tmp_path):
+    import argparse
+
+    from llm_locust.options import validate_options
+    from llm_locust.simserver.flavors.generic import FORMAT_TOML
+
+    good = tmp_path / "good.toml"
+    good.write_text(FORMAT_TOML)
+    validate_options(argparse.Namespace(server_log_format=str(good)))
+    assert "No such file" in _refused("server_log_format", tmp_path / "nope.toml")

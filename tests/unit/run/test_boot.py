@@ -1,0 +1,37 @@
+"""The booted Locust process's line from the launcher (llm_locust/run/boot.py): format and refusals."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from llm_locust.run.boot import go_message, read_go
+
+
+def test_the_line_carries_argv_log_and_key_as_json():
+    line = go_message(["-f", "a b.py", "--host", "http://127.0.0.1:1"], "/tmp/x.log", "sk-1")
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert json.loads(line) == {"argv": ["-f", "a b.py", "--host", "http://127.0.0.1:1"], "log": "/tmp/x.log",
+                                "api_key": "sk-1"}  # fmt: skip
+    assert read_go(io.BytesIO(line)) == json.loads(line)
+
+
+def test_no_key_no_key_field_and_an_empty_key_is_kept():
+    assert "api_key" not in json.loads(go_message([], "l"))
+    assert read_go(io.BytesIO(go_message([], "l", "")))["api_key"] == ""
+
+
+@pytest.mark.parametrize("text", [b"", b"\n", b"   \n"])
+def test_no_line_means_no_run(text):
+    assert read_go(io.BytesIO(text)) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [b"[1]\n", b'{"argv": "-f x", "log": "l"}\n', b'{"argv": [1], "log": "l"}\n', b'{"argv": []}\n', b"{\n"],
+)
+def test_a_malformed_line_is_refused(text):
+    with pytest.raises(ValueError):
+        read_go(io.BytesIO(text))

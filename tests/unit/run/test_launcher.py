@@ -1,0 +1,52 @@
+"""The launcher's SIGTERM handling (its progress line: test_progress.py)."""
+
+from __future__ import annotations
+
+import time
+
+
+def test_sigterm_interrupts_once_then_is_only_noted_and_the_handler_is_restored():
+    import os
+    import signal
+
+    import pytest
+
+    from llm_locust.run.launcher import SigtermAsInterrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    with SigtermAsInterrupt() as signals:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises here, long before the sleep ends
+        os.kill(os.getpid(), signal.SIGTERM)  # the run is being stopped: noted, not raised
+        time.sleep(0.05)
+        assert (signals.terminated, signals.ignored, signals.exit_code) == (True, 1, 143)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_ctrl_c_keeps_its_own_exit_code():
+    from llm_locust.run.launcher import SigtermAsInterrupt
+
+    with SigtermAsInterrupt() as signals:
+        signals.stopping()
+        assert signals.exit_code == 130
+
+
+def test_a_second_ctrl_c_during_the_stop_is_only_noted_and_the_handler_is_restored():
+    import os
+    import signal
+
+    import pytest
+
+    from llm_locust.run.launcher import SigtermAsInterrupt
+
+    before = signal.getsignal(signal.SIGINT)
+    with SigtermAsInterrupt() as signals:
+        with pytest.raises(KeyboardInterrupt):  # the first Ctrl-C stops the run (Python's own handler)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        signals.stopping()  # what run_locust does on it
+        os.kill(os.getpid(), signal.SIGINT)  # the second one: noted, the stop goes on
+        time.sleep(0.05)
+        assert (signals.ignored, signals.exit_code) == (1, 130)
+    assert signal.getsignal(signal.SIGINT) is before

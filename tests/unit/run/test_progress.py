@@ -1,0 +1,77 @@
+"""The launcher's progress line: steps numbered from 0 like the analysis table, users for --shape none,
+requests counted from the bytes appended since the previous line."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from llm_locust.run.progress import LineCounter, RunProgress, last_csv_row
+
+
+def test_progress_names_the_step_as_the_table_does(tmp_path):
+    steps = [{"index": 0, "users": 1}, {"index": 1, "users": 2}]
+    (tmp_path / "run.json").write_text(json.dumps({"shape": {"kind": "ladder", "steps": steps}}))
+    (tmp_path / "requests.csv").write_text("header\na\nb\n")
+    line = RunProgress(tmp_path, time.monotonic()).line()
+    assert "step 1 (2 users)" in line and "2 requests recorded" in line
+
+
+def test_progress_without_a_shape_shows_locusts_user_count(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps({"shape": {"kind": "none", "steps": []}}))
+    (tmp_path / "locust_stats_history.csv").write_text("Timestamp,User Count,Type\n1,2,\n2,5,\n")
+    assert "5 users" in RunProgress(tmp_path, time.monotonic()).line()
+
+
+def test_requests_are_counted_from_the_appended_bytes_only(tmp_path):
+    path = tmp_path / "requests.csv"
+    progress = RunProgress(tmp_path, time.monotonic())
+    assert progress.requests() == 0  # no file yet
+    path.write_text("header\n" + "row\n" * 3 + "half-written")
+    assert progress.requests() == 3
+    offset = path.stat().st_size
+    with open(path, "a") as f:
+        f.write(" row\n" + "row\n" * 4)
+    assert progress.requests() == 8
+    # the counter read only what came after its last offset: rewriting the start changes nothing
+    with open(path, "r+b") as f:
+        f.write(b"h\ne\na\nd\n")
+    assert progress.requests() == 8
+    assert progress._requests._offset == path.stat().st_size > offset
+
+
+def test_line_counter_reads_the_file_once_in_total(tmp_path, monkeypatch):
+    path = tmp_path / "big.csv"
+    path.write_bytes(b"x\n" * 100_000)
+    counter = LineCounter(path)
+    assert counter.count() == 100_000
+    read = []
+    real_open = open
+
+    def counting_open(*args, **kwargs):
+        f = real_open(*args, **kwargs)
+        original = f.read
+
+        def read_and_count(n=-1):
+            data = original(n)
+            read.append(len(data))
+            return data
+
+        f.read = read_and_count
+        return f
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    with real_open(path, "ab") as f:
+        f.write(b"y\n" * 10)
+    assert counter.count() == 100_010
+    assert sum(read) == 20  # only the 10 new lines
+
+
+def test_last_csv_row_reads_the_tail_of_a_long_history(tmp_path):
+    path = tmp_path / "h.csv"
+    rows = "".join(f"{i},{i * 2},\n" for i in range(50_000))
+    path.write_text("Timestamp,User Count,Type\n" + rows + "50000,7")  # the last row still being written
+    assert last_csv_row(path, tail_bytes=100) == {"Timestamp": "49999", "User Count": "99998", "Type": ""}
+    assert last_csv_row(tmp_path / "missing.csv") is None
+    (tmp_path / "only-header.csv").write_text("a,b\n")
+    assert last_csv_row(tmp_path / "only-header.csv") is None
