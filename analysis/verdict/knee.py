@@ -94,14 +94,19 @@ def find_critical_concurrency(
 
     (a) throughput gain per doubling of concurrency
         ``(tput_i / tput_{i-1}) ** (1 / log2(c_i / c_{i-1})) < min_gain_per_doubling``; or the
-        server both queues and runs a full batch (both halves of (b) hold): more load cannot run
-        more sequences then, so a throughput gain at that step is per-sequence speed (the queue
-        filling the gaps between requests: +17 % measured on vLLM from 4 to 8 users at
-        ``max_num_seqs`` 4; a busy load machine: +43 % on llama.cpp with 4 slots, running 3.89
-        then 4.00 with 4 waiting), not concurrency; or the queue is longer than the batch while
-        running is at its highest (``server_waiting_i > server_running_i >= running_ceiling *
-        max(server_running)``): more load only waits (a rate ladder whose offered rate outran the
-        server: running 3.19 then 4.00 of 4 slots, 10.8 waiting, throughput x1.21);
+        server queues at the highest batch of the run (``server_waiting_i > waiting_threshold``
+        and ``server_running_i >= running_ceiling * max(server_running)``) while the batch itself
+        grew less than that per doubling (``(running_i / running_{i-1}) ** (1 / log2(c_i /
+        c_{i-1})) < min_gain_per_doubling``): more concurrency can only add throughput through
+        more sequences in the batch, so a larger gain is per-sequence speed (the queue filling
+        the gaps between one user's requests), not concurrency. Measured: +17 % on vLLM from 4
+        to 8 users at ``max_num_seqs`` 4 (running 3.47 then 3.54); +43 % on llama.cpp with 4
+        slots on a busy load machine (running 3.89 then 4.00, 4 waiting); x1.37 on vLLM's CPU
+        build at ``max_num_seqs`` 2 from 2 to 4 users (running 1.78 then 2.00, 2 waiting); or the
+        queue is longer than the batch while running is at its highest (``server_waiting_i >
+        server_running_i >= running_ceiling * max(server_running)``): more load only waits (a
+        rate ladder whose offered rate outran the server: running 3.19 then 4.00 of 4 slots,
+        10.8 waiting, throughput x1.21);
     (b) the server queues or runs a full batch: ``server_waiting_i > waiting_threshold``, or
         ``server_running_i >= running_ceiling * max(server_running)`` while running does not rise
         (``server_running_i <= (1 + running_rise_tol) * server_running_{i-1}``). Skipped for a
@@ -186,16 +191,22 @@ def find_critical_concurrency(
                 and running[i] <= (1 + running_rise_tol) * running[i - 1]
             )
             b = queued or full
+            at_top = bool(max_running > 0 and running[i] >= running_ceiling * max_running)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                batch_gain = (running[i] / running[i - 1]) ** (1.0 / doublings) if doublings > 0 else math.nan
+            # a queue at the highest batch of the run while the batch grew less than a doubling's
+            # worth: throughput beyond the batch's growth is per-sequence speed (the queue fills
+            # the gaps that one user's requests left at the step before), not concurrency
+            if not a and queued and at_top and bool(batch_gain < min_gain_per_doubling):
+                a = True
+                line += (
+                    f" (but a queue at the highest batch, which grew only x{batch_gain:.3f} per doubling: "
+                    "the gain is per-sequence speed, not concurrency: yes)"
+                )
             # a queue longer than the batch, at the highest batch seen: more load only lengthens
             # the queue (in a rate ladder the offered rate outruns the server: the queue grows
             # through the step while the batch may still have filled its last slots)
-            deep = bool(
-                queued and max_running > 0 and running[i] >= running_ceiling * max_running and waiting[i] > running[i]
-            )
-            if not a and queued and full:
-                a = True
-                line += " (but a queue at a full batch: the gain is per-sequence speed, not concurrency: yes)"
-            elif not a and deep:
+            elif not a and queued and at_top and waiting[i] > running[i]:
                 a = True
                 line += " (but a queue longer than the batch at its highest: more load only waits: yes)"
             line += (

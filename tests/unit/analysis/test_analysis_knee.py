@@ -127,7 +127,7 @@ def test_queue_at_a_full_batch_allows_a_small_gain_from_filled_gaps():
     )
     result = find_critical_concurrency(table)
     assert result.users == 4.0
-    assert "(but a queue at a full batch: the gain is per-sequence speed, not concurrency: yes)" in result.evidence[-1]
+    assert "(but a queue at the highest batch, which grew only x1.020 per doubling: the gain is per-sequence speed, not concurrency: yes)" in result.evidence[-1]
 
 
 def test_a_large_gain_at_a_full_batch_with_a_queue_is_per_sequence_speed():
@@ -139,7 +139,7 @@ def test_a_large_gain_at_a_full_batch_with_a_queue_is_per_sequence_speed():
     )
     result = find_critical_concurrency(table)
     assert result.users == 4.0 and result.saturated_users == 8.0
-    assert "gain per doubling 1.426 < 1.15: no (but a queue at a full batch" in result.evidence[-1]
+    assert "gain per doubling 1.426 < 1.15: no (but a queue at the highest batch, which grew only x1.028" in result.evidence[-1]
     # the same gain with the batch still growing (running 4 -> 6) is still scaling
     growing = _table(
         [1, 2, 4, 8], [100, 145.1, 283.2, 403.9], [60, 160, 393, 3619], running=[1, 2, 3.89, 6], waiting=[0, 0, 0, 4]
@@ -173,3 +173,14 @@ def test_a_queue_longer_than_the_batch_at_its_highest_saturates_the_step():
     growing = _table([1, 2, 4, 8], [50, 95, 180, 216], [50, 60, 80, 400], running=[1, 2, 3, 6], waiting=[0, 0, 0, 2])
     assert find_critical_concurrency(growing).users is None
 
+
+def test_a_queue_at_the_ceiling_reached_at_that_step_saturates_it():
+    # measured on vLLM's CPU build at max_num_seqs 2 (CI, stop 17): from 2 to 4 users the output
+    # throughput rose x1.365 while running went 1.78 -> 2.00 (the queue filled the gaps between one
+    # user's requests) with 2 waiting and TTFT p50 122 -> 2255 ms: the batch grew x1.12 < 1.15, so
+    # requests start to queue at 4 users and the critical concurrency is 2 (= max_num_seqs)
+    tput = [30.0, 30.0 * 2.195, 30.0 * 2.195 * 1.365, 30.0 * 2.195 * 1.365 * 0.892]
+    table = _table([1, 2, 4, 8], tput, [71, 122, 2255, 4511], running=[1.0, 1.78, 2.0, 2.0], waiting=[0, 0, 2, 6])
+    result = find_critical_concurrency(table)
+    assert (result.users, result.saturated_users) == (2.0, 4.0)
+    assert f"which grew only x{2.0 / 1.78:.3f} per doubling" in result.evidence[-1]
