@@ -130,3 +130,29 @@ def stop(process: subprocess.Popen) -> None:
 def shared_reader(request) -> bool:
     """Both ways a body is read: the process's StreamReader, or the request's own greenlet."""
     return request.param
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Start the real servers' setups in the background when any real-server test is selected.
+
+    They take ~8 min on a fresh machine; run at idle priority while the end-to-end tests (first
+    by name) run, they are off the suite's critical path (:mod:`tests.real_servers`).
+    """
+    real = TESTS / "real"
+    if any(Path(str(item.path)).is_relative_to(real) for item in items):
+        from tests.real_servers import start_background_setup
+
+        log = Path(config.cache.mkdir("real-servers")) / "background-setup.log"
+        config.stash[_BACKGROUND_SETUP] = start_background_setup(log)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stop a background setup that is still running (by its PID)."""
+    process = session.config.stash.get(_BACKGROUND_SETUP, None)
+    if process is not None:
+        from tests.real_servers import stop_background_setup
+
+        stop_background_setup(process)
+
+
+_BACKGROUND_SETUP = pytest.StashKey["subprocess.Popen | None"]()

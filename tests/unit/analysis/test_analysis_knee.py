@@ -127,7 +127,10 @@ def test_queue_at_a_full_batch_allows_a_small_gain_from_filled_gaps():
     )
     result = find_critical_concurrency(table)
     assert result.users == 4.0
-    assert "(but a queue at the highest batch, which grew only x1.020 per doubling: the gain is per-sequence speed, not concurrency: yes)" in result.evidence[-1]
+    assert (
+        "(but a queue at the highest batch, which grew only x1.020 per doubling: the gain is per-sequence speed, not concurrency: yes)"
+        in result.evidence[-1]
+    )
 
 
 def test_a_large_gain_at_a_full_batch_with_a_queue_is_per_sequence_speed():
@@ -139,7 +142,10 @@ def test_a_large_gain_at_a_full_batch_with_a_queue_is_per_sequence_speed():
     )
     result = find_critical_concurrency(table)
     assert result.users == 4.0 and result.saturated_users == 8.0
-    assert "gain per doubling 1.426 < 1.15: no (but a queue at the highest batch, which grew only x1.028" in result.evidence[-1]
+    assert (
+        "gain per doubling 1.426 < 1.15: no (but a queue at the highest batch, which grew only x1.028"
+        in result.evidence[-1]
+    )
     # the same gain with the batch still growing (running 4 -> 6) is still scaling
     growing = _table(
         [1, 2, 4, 8], [100, 145.1, 283.2, 403.9], [60, 160, 393, 3619], running=[1, 2, 3.89, 6], waiting=[0, 0, 0, 4]

@@ -140,7 +140,8 @@ def test_batching_off_is_critical_where_requests_start_to_queue_whatever_the_thr
     assert verdict.critical_concurrency == 1
     assert verdict.critical.saturated_users == 2
     assert any(
-        line.startswith("c=2 vs 1") and "(but a queue at the highest batch" in line for line in verdict.critical.evidence
+        line.startswith("c=2 vs 1") and "(but a queue at the highest batch" in line
+        for line in verdict.critical.evidence
     ), verdict.critical.evidence
 
 
