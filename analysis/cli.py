@@ -160,6 +160,7 @@ def print_result(result) -> None:
         ("Steps CSV", paths.steps_csv),
         ("Verdict JSON", paths.verdict_json),
         ("Summary", paths.summary_md),
+        ("HTML index", paths.index_html),
     ):
         if path is not None:
             print(f"{label}: {path}")

@@ -9,57 +9,13 @@ no server: the page opens from the file system.
 
 from __future__ import annotations
 
-import json
 import os
 from html import escape
 from pathlib import Path
 
 from analysis.compare.report import PNG_NAMES, Comparison
 from analysis.compare.table import table_cells
-
-RUN_PNGS: tuple[str, ...] = ("throughput.png", "latency.png", "timeline.png", "errors.png")
-"""Single-run figures shown per round (those that exist)."""
-
-STYLE = """body{font-family:sans-serif;margin:2em;max-width:1200px}img{max-width:100%;border:1px solid #ddd}
-table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
-th{background:#eef}pre{background:#f6f6f6;padding:1em;overflow-x:auto}.kind{font-size:120%;font-weight:bold}"""
-
-
-def _link(base: Path, target: Path, text: str | None = None) -> str:
-    rel = os.path.relpath(target, base)
-    return f'<a href="{escape(rel)}">{escape(text or rel)}</a>'
-
-
-def _verdict_html(path: Path) -> list[str]:
-    try:
-        verdict = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    critical = (
-        f"critical rate: {verdict.get('critical_rate_rps')} req/s"
-        if "critical_rate_rps" in verdict
-        else f"critical concurrency: {verdict.get('critical_concurrency')}"
-    )
-    out = [
-        f'<p class="kind">Bottleneck: {escape(str(verdict.get("bottleneck")))}; {escape(critical)}</p>',
-        "<ul>",
-    ]
-    out += [
-        f"<li>{escape(str(e.get('text', e)))}</li>"
-        for e in verdict.get("evidence", [])
-        if not isinstance(e, dict) or e.get("holds", True)
-    ]
-    out.append("</ul>")
-    recs = verdict.get("recommendations") or []
-    if recs:
-        out += ["<p>Recommendations:</p>", "<ol>"]
-        for r in recs:
-            out.append(
-                f"<li>{escape(str(r.get('change')))} <code>{escape(str(r.get('flag') or ''))}</code>"
-                f" &mdash; because {escape(str(r.get('because')))}; verify: {escape(str(r.get('verify')))}</li>"
-            )
-        out.append("</ol>")
-    return out
+from analysis.report.html import link, page, report_html
 
 
 def _round_html(base: Path, name: str, folder: Path, notes: list[str]) -> list[str]:
@@ -69,22 +25,15 @@ def _round_html(base: Path, name: str, folder: Path, notes: list[str]) -> list[s
         report = folder / part / "report"
         if not report.is_dir():
             continue
-        links = [_link(base, report / f) for f in ("summary.md", "steps.csv", "verdict.json") if (report / f).exists()]
+        links = [
+            link(base, report / f)
+            for f in ("index.html", "summary.md", "steps.csv", "verdict.json")
+            if (report / f).exists()
+        ]
         out.append(
-            f"<h3>{part}</h3><p>{' &middot; '.join(links)} &middot; {_link(base, folder / part, 'run directory')}</p>"
+            f"<h3>{part}</h3><p>{' &middot; '.join(links)} &middot; {link(base, folder / part, 'run directory')}</p>"
         )
-        if part == "ladder":
-            out += _verdict_html(report / "verdict.json")
-        summary = report / "summary.md"
-        if summary.exists():
-            text = summary.read_text(encoding="utf-8")
-            out.append(
-                f"<details{' open' if part == 'baseline' else ''}><summary>summary.md</summary>"
-                f"<pre>{escape(text)}</pre></details>"
-            )
-        for png in RUN_PNGS:
-            if (report / png).exists():
-                out.append(f'<p><img src="{escape(os.path.relpath(report / png, base))}" alt="{escape(png)}"></p>')
+        out += report_html(base, report, summary_open=part == "baseline")
     return out
 
 
@@ -106,7 +55,7 @@ def _comparison_html(base: Path, comparison: Comparison) -> list[str]:
     if out_dir is not None:
         out.append(
             "<p>"
-            + " &middot; ".join(_link(base, out_dir / f) for f in ("summary.md", "compare.json", "rounds.csv"))
+            + " &middot; ".join(link(base, out_dir / f) for f in ("summary.md", "compare.json", "rounds.csv"))
             + "</p>"
         )
         out += [f'<p><img src="{escape(os.path.relpath(out_dir / p, base))}" alt="{escape(p)}"></p>' for p in PNG_NAMES]
@@ -155,13 +104,10 @@ def write_index(
     if problem:
         body.append(f"<pre>{escape(problem)}</pre>")
     if compare_to is not None:
-        body.append(f"<p>Compared with the earlier round {_link(base, compare_to, str(compare_to))}</p>")
+        body.append(f"<p>Compared with the earlier round {link(base, compare_to, str(compare_to))}</p>")
     for name, folder, notes in rounds:
         body += _round_html(base, name, folder, notes)
-    page = (
-        '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>llm-locust diagnosis</title>'
-        f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
-    )
+    text = page("llm-locust diagnosis", body)
     path = base / "index.html"
-    path.write_text(page, encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     return path

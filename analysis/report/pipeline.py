@@ -25,6 +25,7 @@ from analysis.inputs import input_columns, input_lines
 from analysis.loadaxis import RATE, load_axis, planned_levels
 from analysis.metrics import end_time_s, inflight_binned, inflight_series
 from analysis.outcome import RunOutcome, error_examples, error_lines, judge_outcome, outcome_line, request_counts
+from analysis.report.html import write_run_index
 from analysis.report.plots import plot_errors, plot_latency, plot_throughput, plot_timeline
 from analysis.report.sections import goodput_markdown, server_timings_markdown
 from analysis.report.verdict import verdict_markdown
@@ -124,6 +125,8 @@ class ReportPaths:
     """Failures by kind per step, client vs server log; None without a verdict."""
     verdict_json: Path | None = None
     """``verdict.json``; None without a verdict or a measured baseline (whose file states the baseline)."""
+    index_html: Path | None = None
+    """``index.html``: the verdict, ``summary.md`` and the PNGs on one page (:mod:`analysis.report.html`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -496,7 +499,7 @@ def _import_quietly(name: str) -> None:
 
 
 def write_report(result: AnalysisResult, report_dir: Path | None = None) -> AnalysisResult:
-    """Write throughput/latency/timeline PNGs, ``steps.csv`` and ``summary.md``.
+    """Write throughput/latency/timeline PNGs, ``steps.csv``, ``summary.md`` and ``index.html``.
 
     The throughput and latency plots are drawn against concurrency: without a ladder (one load
     level) or without a successful request they would be empty, so they are not written (and a
@@ -535,6 +538,7 @@ def write_report(result: AnalysisResult, report_dir: Path | None = None) -> Anal
         summary_md=out / "summary.md",
         errors_png=out / "errors.png" if judged else None,
         verdict_json=out / "verdict.json" if judged or baseline is not None else None,
+        index_html=out / "index.html",
     )
     invalid = frozenset()
     if "valid" in result.table.columns:
@@ -572,6 +576,7 @@ def write_report(result: AnalysisResult, report_dir: Path | None = None) -> Anal
         write_baseline_json(baseline, paths.verdict_json, thresholds=result.thresholds)
     result.table.to_csv(paths.steps_csv, index=False)
     paths.summary_md.write_text(summary_markdown(result), encoding="utf-8")
+    write_run_index(out, result.run.run_dir)
     return replace(result, paths=paths)
 
 
