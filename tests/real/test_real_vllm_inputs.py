@@ -30,7 +30,7 @@ TOKENIZER = Path.home() / ".cache/llm-locust/vllm-cpu/models/slow-llama"
 def _run(url: str, run_dir: Path, *extra: str) -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--workers", "1", "--run-dir", str(run_dir),
-         "--no-analyze", "--timeout-s", "120", "--ladder", "2", "--dwell-s", "10", "--warmup-s", "2",
+         "--no-analyze", "--timeout-s", "120", "--ladder", "2", "--dwell-s", "16", "--warmup-s", "2",
          "--max-tokens", "16", "--input-tokens", str(INPUT_TOKENS), *extra],
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip
