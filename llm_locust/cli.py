@@ -361,7 +361,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add_arguments) in SUBCOMMANDS.items():
         if only is None or name == only:
-            add_arguments(sub.add_parser(name, help=help_text))
+            command = sub.add_parser(name, help=help_text)
+            add_arguments(command)
+            command.set_defaults(_command_parser=command)  # its own usage line for its errors (main)
     return parser
 
 
@@ -375,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv[0] if argv[:1] and argv[0] in SUBCOMMANDS else None)
     if argv[:1] == ["run"]:
         args, rest = parser.parse_known_args(argv)
+        vars(args).pop("_command_parser")  # rest goes to Locust's own parser, which judges it
         code = cmd_run(args, rest)
         if own_process:  # the process ends now: its report is written and closed
             from llm_locust.run.boot import exit_without_final_collection
@@ -385,8 +388,12 @@ def main(argv: list[str] | None = None) -> int:
         from llm_locust.run import diagnose
 
         args, rest = parser.parse_known_args(argv)
+        vars(args).pop("_command_parser")
         return diagnose.run(args, rest)
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    command_parser = vars(args).pop("_command_parser")
+    if rest:  # as the subcommand's own error ("llm-locust analyze: error: ..."), with its usage line
+        command_parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "analyze":
         from analysis.cli import run as analyze_run
 
