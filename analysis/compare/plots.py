@@ -4,6 +4,7 @@ in :mod:`analysis.compare.report` only."""
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -16,7 +17,8 @@ from analysis.verdict.knee import fmt_users
 
 
 def _label(index: int, summary: RoundSummary, change: str) -> str:
-    tag = "baseline" if index == 0 else (change if len(change) <= 40 else change[:37] + "...")
+    # wrapped, not cut: the values ("4 -> 8") come last and are what the reader looks for
+    tag = "baseline" if index == 0 else textwrap.fill(change, width=48, max_lines=3, placeholder=" ...")
     return f"round {index + 1}: {tag}"
 
 

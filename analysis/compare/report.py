@@ -90,7 +90,7 @@ def compare_rounds(paths: list[Path | str], *, allow_different_workload: bool = 
     Raises
     ------
     ValueError
-        Fewer than two rounds.
+        Fewer than two rounds, or one folder given twice.
     analysis.compare.changes.WorkloadMismatch
         The fingerprints differ and ``allow_different_workload`` is false.
     analysis.compare.changes.LoadAxisMismatch
@@ -101,6 +101,11 @@ def compare_rounds(paths: list[Path | str], *, allow_different_workload: bool = 
     """
     if len(paths) < 2:
         raise ValueError(f"compare needs two rounds or more, got {len(paths)}")
+    seen: dict[Path, int] = {}
+    for k, path in enumerate(paths, start=1):
+        first = seen.setdefault(Path(path).resolve(), k)
+        if first != k:  # a repeated path reads as a confident "no difference"
+            raise ValueError(f"{path} is given twice (rounds {first} and {k}): compare needs a different run per round")
     rounds: list[RoundDirs] = [load_round(p) for p in paths]
     check_same_load_axis(rounds)
     differences = fingerprint_differences(rounds)

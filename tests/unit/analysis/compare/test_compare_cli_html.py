@@ -27,6 +27,10 @@ def test_cli_refuses_with_exit_2(tmp_path, capsys):
     assert "two rounds or more" in capsys.readouterr().err
     assert main([str(a), str(tmp_path / "missing")]) == 2
     assert "neither a run directory" in capsys.readouterr().err
+    # the same folder twice (also spelt another way) would read as "no difference"
+    b = ladder_round(tmp_path / "b", slowdown=2.0)
+    assert main([str(a), str(b), str(tmp_path / "b" / ".." / "a")]) == 2
+    assert "is given twice (rounds 1 and 3)" in capsys.readouterr().err
 
 
 def test_index_links_every_file_it_names(tmp_path):
