@@ -28,8 +28,10 @@ def ladder_round(
     seed: int = 1,
     labels: dict | None = None,
     workload: dict | None = None,
+    ttft_ms: float = 40.0,
 ) -> Path:
-    """Write one ladder round; returns its run directory."""
+    """Write one ladder round; returns its run directory (``ttft_ms``: a single request's TTFT
+    before ``slowdown``)."""
     rng = random.Random(seed)
     requests, server, steps = [], [], []
     for k, c in enumerate(users):
@@ -42,7 +44,7 @@ def ladder_round(
             t = start + u * 0.01
             while t < end:
                 tpot = slowdown * (20.0 + 2 * batch) * (1 + rng.uniform(-0.04, 0.04))
-                ttft = queue_ms + 40.0 * slowdown
+                ttft = queue_ms + ttft_ms * slowdown
                 e2e = ttft + 63 * tpot
                 requests.append(
                     make_request(t, e2e_ms=e2e, ttft_ms=ttft, output_tokens=TOKENS, request_id=f"u{c}-{u}-{t:.4f}")

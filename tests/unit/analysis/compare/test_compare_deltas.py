@@ -51,6 +51,22 @@ def test_batch_ceiling_is_batching_or_scheduling(tmp_path):
     assert knee > 1.5
 
 
+@pytest.mark.parametrize(("ttft_b_ms", "expected"), [(34.0, "batching_or_scheduling"), (70.0, "mixed")])
+def test_a_ttft_difference_under_one_inter_token_time_is_not_the_changes(tmp_path, ttft_b_ms, expected):
+    # seen on the embedded server (20 ms steps) on a busy machine: TTFT 29 vs 25 ms with equal decode
+    # rates made a batch-ceiling A/B "mixed"; a request waits up to one step before its prefill
+    a = ladder_round(tmp_path / "a", max_num_seqs=2)
+    b = ladder_round(tmp_path / "b", max_num_seqs=8, seed=5, ttft_ms=ttft_b_ms)
+
+    attribution = comparison_json(compare_rounds([a, b]))["attribution"]
+
+    step_ms = 1000.0 / _single_decode_median(a)  # the baseline's single-request inter-token time
+    assert abs(40.0 - 34.0) < step_ms < abs(70.0 - 40.0)  # the two cases lie on either side of the bound
+    assert attribution["kind"] == expected, attribution["evidence"]
+    discounted = any("less than one inter-token time" in line for line in attribution["evidence"])
+    assert discounted == (expected == "batching_or_scheduling")
+
+
 def test_same_server_twice_is_no_difference_with_detectable_size(tmp_path):
     a = ladder_round(tmp_path / "a")
     b = ladder_round(tmp_path / "b", seed=3)
