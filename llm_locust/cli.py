@@ -375,23 +375,19 @@ def main(argv: list[str] | None = None) -> int:
     own_process = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv[0] if argv[:1] and argv[0] in SUBCOMMANDS else None)
-    if argv[:1] == ["run"]:
-        args, rest = parser.parse_known_args(argv)
-        vars(args).pop("_command_parser")  # rest goes to Locust's own parser, which judges it
+    args, rest = parser.parse_known_args(argv)
+    command_parser = vars(args).pop("_command_parser")
+    if args.command == "run":  # rest goes to Locust's own parser, which judges it
         code = cmd_run(args, rest)
         if own_process:  # the process ends now: its report is written and closed
             from llm_locust.run.boot import exit_without_final_collection
 
             exit_without_final_collection()
         return code
-    if argv[:1] == ["diagnose"]:
+    if args.command == "diagnose":
         from llm_locust.run import diagnose
 
-        args, rest = parser.parse_known_args(argv)
-        vars(args).pop("_command_parser")
         return diagnose.run(args, rest)
-    args, rest = parser.parse_known_args(argv)
-    command_parser = vars(args).pop("_command_parser")
     if rest:  # as the subcommand's own error ("llm-locust analyze: error: ..."), with its usage line
         command_parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "analyze":

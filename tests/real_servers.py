@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,7 +77,7 @@ def stop_background_setup(process: subprocess.Popen) -> None:
     """Stop a background setup still running at the end of the session (its process group, by PID)."""
     if process.poll() is None:
         try:
-            os.killpg(process.pid, 15)
+            os.killpg(process.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         process.wait(timeout=30)

@@ -181,8 +181,8 @@ def attribute(base: RoundSummary, other: RoundSummary, *, client_changes_only: b
     step_ms = 1000.0 / base.single_decode_tps.value if base.single_decode_tps.value > 0 else math.nan
     ttft_gap_ms = abs(other.single_ttft_ms.value - base.single_ttft_ms.value)
     within_step = bool(ttft_gap_ms < step_ms)
-    ttft_clear = is_clear(ttft) and not within["TTFT"] and not within_step
-    s_clear = (is_clear(decode) and not within["decode rate"]) or ttft_clear
+    ttft_beyond_repeat = is_clear(ttft) and not within["TTFT"]
+    s_clear = (is_clear(decode) and not within["decode rate"]) or (ttft_beyond_repeat and not within_step)
     c_clear = is_clear(knee)
     evidence = [
         f"single request ({base.single_source} vs {other.single_source}): decode rate "
@@ -211,7 +211,7 @@ def attribute(base: RoundSummary, other: RoundSummary, *, client_changes_only: b
                 else "would not be attributed to the change"
             )
         )
-    if is_clear(ttft) and not within["TTFT"] and within_step:
+    if ttft_beyond_repeat and within_step:
         evidence.append(
             f"the single-request TTFT differs by {ttft_gap_ms:.0f} ms, less than one inter-token time "
             f"({step_ms:.0f} ms at {base.single_decode_tps.value:.1f} tokens/s): a request waits up to one "

@@ -185,13 +185,9 @@ def find_critical_concurrency(
                 line += "; (b) skipped, no server samples in this window"
         else:
             queued = bool(waiting[i] > waiting_threshold)
-            full = bool(
-                max_running > 0
-                and running[i] >= running_ceiling * max_running
-                and running[i] <= (1 + running_rise_tol) * running[i - 1]
-            )
-            b = queued or full
             at_top = bool(max_running > 0 and running[i] >= running_ceiling * max_running)
+            full = at_top and bool(running[i] <= (1 + running_rise_tol) * running[i - 1])
+            b = queued or full
             with np.errstate(divide="ignore", invalid="ignore"):
                 batch_gain = (running[i] / running[i - 1]) ** (1.0 / doublings) if doublings > 0 else math.nan
             # a queue at the highest batch of the run while the batch grew less than a doubling's
