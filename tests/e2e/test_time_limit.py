@@ -83,7 +83,10 @@ def test_requests_in_flight_at_the_stop_are_interrupted_with_their_tokens(time_l
     assert USERS * 0.9 <= len(interrupted) + len(completed_in_stop) <= USERS, (len(interrupted), len(completed_in_stop))
     assert len(interrupted) >= USERS / 2
     streaming = interrupted[interrupted["content_events"] > 0]
-    assert len(streaming) >= len(interrupted) * 0.9 and (streaming["content_events"] < EVENTS).all()
+    assert len(streaming) >= len(interrupted) * 0.9 and (streaming["content_events"] <= EVENTS).all()
+    # partial answers, mostly: one whose last token event came before the stop but not its [DONE]
+    # (the one 0.0 s gap of the script) is interrupted too; seen once in CI, 1 of 173
+    assert (streaming["content_events"] < EVENTS).mean() >= 0.9
     assert (streaming["output_tokens"] > 0).all() and streaming["ttft_ms"].notna().all()  # kept
     # they all end at the stop: within a fraction of a second of each other
     assert interrupted["end_s"].max() - interrupted["end_s"].min() < 1.0
