@@ -142,7 +142,13 @@ def pytest_collection_modifyitems(session, config, items):
     if any(Path(str(item.path)).is_relative_to(real) for item in items):
         from tests.real_servers import start_background_setup
 
-        log = Path(config.cache.mkdir("real-servers")) / "background-setup.log"
+        from tests.real_servers import SETUP_LOCK
+
+        # pytest's cache folder, or beside the lock when the cache plugin is off (-p no:cacheprovider)
+        cache = getattr(config, "cache", None)
+        folder = Path(cache.mkdir("real-servers")) if cache is not None else SETUP_LOCK.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        log = folder / "background-setup.log"
         config.stash[_BACKGROUND_SETUP] = start_background_setup(log)
 
 
