@@ -1,7 +1,7 @@
 """The real-server rounds shared by several test modules (one server start serves many checks).
 
-A vLLM start costs about a minute on this 2-core machine and a llama.cpp ladder several; the
-suite must stay under 30 minutes. So each server configuration is started once for the package
+A vLLM start costs about 30 s on this 2-core machine (eager: ``real_servers.VLLM_TEST_ARGS``) and
+a llama.cpp ladder several; the suite must stay under 30 minutes. So each server configuration is started once for the package
 (stopped after its last test here, not kept up through the rest of the suite) and its run
 directories are read by every module that asserts on that configuration. The modules run in
 name order, so the session's vLLM ``--max-num-seqs 8`` starts with ``test_real_vllm`` and serves
