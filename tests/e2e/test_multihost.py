@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -114,15 +115,11 @@ def master_command(kind: str, server_ip: str, master_ip: str, run_dir: Path) -> 
     ]
 
 
-@pytest.fixture(scope="module", params=["locust", "llm-locust-run"])
-def multihost_run(request, tmp_path_factory):
-    prefix = f"ll{os.getpid() % 100000}"
-    why = namespaces_unavailable(f"{prefix}-probe")
-    if why is not None:
-        if os.environ.get("CI") and os.geteuid() == 0 and "not installed" in why:
-            pytest.fail(f"{why} (.ci/run installs iproute2)")
-        pytest.skip(why)
-    tmp = tmp_path_factory.mktemp(f"multihost-{request.param}")
+MASTERS = ("locust", "llm-locust-run")
+
+
+def _multihost_run(kind: str, prefix: str, tmp: Path) -> tuple:
+    """One run on its own namespaces (``prefix``): ``(run_dir, exit code, routes, master output, net)``."""
     run_dir = tmp / "run"
     processes: list[subprocess.Popen] = []
     logs = []
@@ -141,7 +138,7 @@ def multihost_run(request, tmp_path_factory):
         logs.append(master_log)
         master = net.popen(
             "master",
-            master_command(request.param, server_ip, master_ip, run_dir),
+            master_command(kind, server_ip, master_ip, run_dir),
             stdout=master_log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -166,6 +163,31 @@ def multihost_run(request, tmp_path_factory):
             log.close()
         net.close()
     return run_dir, code, routes, (tmp / "master.out").read_text(), net
+
+
+@pytest.fixture(scope="module")
+def multihost_runs(tmp_path_factory) -> dict:
+    """Both masters' runs side by side, each on its own set of namespaces (the same addresses in
+    separate networks) with its own embedded server: light runs, two at once take the time of one
+    (as in :mod:`tests.e2e.side_by_side`). ``{master kind: run}``."""
+    prefix = f"ll{os.getpid() % 100000}"
+    why = namespaces_unavailable(f"{prefix}-probe")
+    if why is not None:
+        if os.environ.get("CI") and os.geteuid() == 0 and "not installed" in why:
+            pytest.fail(f"{why} (.ci/run installs iproute2)")
+        pytest.skip(why)
+    folders = {kind: tmp_path_factory.mktemp(f"multihost-{kind}") for kind in MASTERS}
+    with ThreadPoolExecutor(max_workers=len(MASTERS)) as pool:
+        futures = {
+            kind: pool.submit(_multihost_run, kind, f"{prefix}{index}", folders[kind])
+            for index, kind in enumerate(MASTERS)
+        }
+        return {kind: future.result() for kind, future in futures.items()}
+
+
+@pytest.fixture(params=MASTERS)
+def multihost_run(request, multihost_runs):
+    return multihost_runs[request.param]
 
 
 def test_namespaces_reach_only_their_subnet_and_are_deleted(multihost_run):

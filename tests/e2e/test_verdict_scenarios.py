@@ -111,7 +111,7 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-SIDE_BY_SIDE = 3
+SIDE_BY_SIDE = 5
 """Scenario runs at a time (:mod:`tests.e2e.side_by_side`)."""
 
 

@@ -10,6 +10,8 @@ import json
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -36,11 +38,14 @@ RECOVERY_S = 6.0
 1-s tick and the users are spawned again: within about 5 s of the kill."""
 
 
-@pytest.fixture(scope="module", params=["SIGKILL", "SIGSTOP"])
-def killed_worker_run(request, tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("killed") / "run"
+SIGNALS = ("SIGKILL", "SIGSTOP")
+
+
+def _killed_worker_run(signal_name: str, tmp: Path) -> tuple[Path, int | None, float]:
+    """A ladder run whose first worker gets ``signal_name`` in step 0: ``(run_dir, exit code, kill time)``."""
+    run_dir = tmp / "run"
     port = free_port()
-    server = start_sim_server(port=port, max_num_seqs=8, log_path=run_dir.parent / "server.log")
+    server = start_sim_server(port=port, max_num_seqs=8, log_path=tmp / "server.log")
     run = LocustRun(locustfile=LOCUSTFILES / "ladder.py", run_dir=run_dir, workers=2, locust_args=[
         "--host", f"http://127.0.0.1:{port}", "--model", SIM_MODEL, "--ladder", "2,4", "--dwell-s", str(DWELL_S),
         "--warmup-s", str(WARMUP_S), "--max-tokens", "16", "--drain-s", "5"])  # fmt: skip
@@ -49,7 +54,7 @@ def killed_worker_run(request, tmp_path_factory):
         wait_for_step(run_dir, 0)
         time.sleep(KILL_AFTER_S)
         killed_at = time.time()
-        os.kill(workers[0].pid, getattr(signal, request.param))
+        os.kill(workers[0].pid, getattr(signal, signal_name))
         master.wait(timeout=120)
     finally:
         if workers[0].poll() is None:
@@ -61,6 +66,21 @@ def killed_worker_run(request, tmp_path_factory):
         for log in logs:
             log.close()
     return run_dir, master.returncode, killed_at
+
+
+@pytest.fixture(scope="module")
+def killed_worker_runs(tmp_path_factory) -> dict:
+    """Both runs side by side, each on its own embedded server (a light run: two at once take the
+    time of one, as in :mod:`tests.e2e.side_by_side`): ``{signal name: (run_dir, exit code, kill time)}``."""
+    folders = {name: tmp_path_factory.mktemp(f"killed-{name}") for name in SIGNALS}
+    with ThreadPoolExecutor(max_workers=len(SIGNALS)) as pool:
+        futures = {name: pool.submit(_killed_worker_run, name, folders[name]) for name in SIGNALS}
+        return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.fixture(params=SIGNALS)
+def killed_worker_run(request, killed_worker_runs):
+    return killed_worker_runs[request.param]
 
 
 def test_the_run_completes_and_keeps_every_counted_request(killed_worker_run):
