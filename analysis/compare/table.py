@@ -167,15 +167,32 @@ def _header(column: str) -> tuple[str, str]:
     return f"tok/s @{column.removeprefix('output_tps_c')}", "{:.1f}"
 
 
+NO_KNEE_NOTE = " (top step, no knee)"
+"""Appended to a round's knee cell when the round found no critical load: its knee figures are
+read at its highest measured step, where throughput was still rising."""
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and not math.isfinite(value)) or value == ""
+
+
 def table_cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Headers and formatted cells ("-" for missing) of a round table, one list per round."""
+    """Headers and formatted cells ("-" for missing) of a round table, one list per round.
+
+    A knee cell (``knee_users``, ``knee_rate_rps``) of a round without a critical load carries
+    :data:`NO_KNEE_NOTE`: the number alone would read as a knee found there.
+    """
     headers, rows = [], [[] for _ in range(len(table))]
+    critical_column = next((c for c in ("critical_concurrency", "critical_rate_rps") if c in table.columns), None)
     for column in table.columns:
         header, fmt = _header(column)
         headers.append(header)
         for i, value in enumerate(table[column]):
-            missing = value is None or (isinstance(value, float) and not math.isfinite(value)) or value == ""
-            rows[i].append("-" if missing else fmt.format(value))
+            cell = "-" if _missing(value) else fmt.format(value)
+            if column in ("knee_users", "knee_rate_rps") and cell != "-" and critical_column is not None:
+                if _missing(table[critical_column].iloc[i]):
+                    cell += NO_KNEE_NOTE
+            rows[i].append(cell)
     return headers, rows
 
 

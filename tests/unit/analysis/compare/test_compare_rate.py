@@ -71,6 +71,9 @@ def test_two_rate_rounds_are_compared_step_by_step_on_the_offered_rate(tmp_path)
     console = format_round_table(comparison.table)
     for header in ("tok/s @2 req/s", "sent req/s @2 req/s", "knee req/s", "critical req/s"):
         assert header in console, console
+    # round b's knee figures are its top step's: the cell says so, round a's found knee does not
+    knee_line = next(line for line in console.splitlines() if line.startswith("knee req/s"))
+    assert knee_line.split()[2:] == ["4", "|", "8", "(top", "step,", "no", "knee)"], knee_line
 
 
 def test_a_rate_pool_of_one_user_is_no_single_request_step(tmp_path):
