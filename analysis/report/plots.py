@@ -12,6 +12,7 @@ from matplotlib.ticker import (
     FixedLocator,
     FuncFormatter,
     LogLocator,
+    MaxNLocator,
     NullFormatter,
     NullLocator,
 )
@@ -491,6 +492,7 @@ def plot_errors(ax: Axes, table: pd.DataFrame, *, server_log: bool = True) -> No
         + "; left bar: client failures, right bar: server log error lines"
     )
     ax.set_ylabel("requests / log lines in the steady window")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: no 0.2 requests
     if not any(client) and not any(server):
         ax.text(
             0.5,
