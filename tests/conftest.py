@@ -140,9 +140,7 @@ def pytest_collection_modifyitems(session, config, items):
     """
     real = TESTS / "real"
     if any(Path(str(item.path)).is_relative_to(real) for item in items):
-        from tests.real_servers import start_background_setup
-
-        from tests.real_servers import SETUP_LOCK
+        from tests.real_servers import SETUP_LOCK, start_background_setup
 
         # pytest's cache folder, or beside the lock when the cache plugin is off (-p no:cacheprovider)
         cache = getattr(config, "cache", None)

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from llm_locust.run.launcher import stop_process
+
+T = TypeVar("T")
 
 Start = Callable[[], tuple[subprocess.Popen, subprocess.Popen]]
 """Starts one run: returns (its embedded server, its ``llm-locust run`` with stdout piped, text)."""
@@ -45,3 +49,13 @@ def run_side_by_side(starts: dict[str, Start], *, width: int, timeout_s: float) 
                 stop_process(process, grace_s=10)
                 stop_process(server, grace_s=10)
     return results
+
+
+def all_at_once(runs: dict[str, Callable[[], T]]) -> dict[str, T]:
+    """Call every function of ``runs`` at once, each in a thread of its own, for runs that drive
+    their processes themselves (a kill in mid-run, network namespaces) rather than through a
+    :data:`Start`; each run stops its own processes. Returns ``{name: what its call returned}``;
+    the first exception raised by a call is raised here, once every call has ended."""
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        futures = {name: pool.submit(run) for name, run in runs.items()}
+        return {name: future.result() for name, future in futures.items()}

@@ -15,12 +15,12 @@ cannot be made (not root, no ``ip``, refused); in CI (env ``CI`` set) a root wit
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,7 @@ import pytest
 from analysis.report.pipeline import analyze_run
 from llm_locust.run.launcher import stop_process
 from tests.e2e.netns_helpers import NamespaceNetwork, namespaces_unavailable
+from tests.e2e.side_by_side import all_at_once
 
 pytestmark = pytest.mark.slow
 
@@ -169,7 +170,7 @@ def _multihost_run(kind: str, prefix: str, tmp: Path) -> tuple:
 def multihost_runs(tmp_path_factory) -> dict:
     """Both masters' runs side by side, each on its own set of namespaces (the same addresses in
     separate networks) with its own embedded server: light runs, two at once take the time of one
-    (as in :mod:`tests.e2e.side_by_side`). ``{master kind: run}``."""
+    (:func:`tests.e2e.side_by_side.all_at_once`). ``{master kind: run}``."""
     prefix = f"ll{os.getpid() % 100000}"
     why = namespaces_unavailable(f"{prefix}-probe")
     if why is not None:
@@ -177,12 +178,9 @@ def multihost_runs(tmp_path_factory) -> dict:
             pytest.fail(f"{why} (.ci/run installs iproute2)")
         pytest.skip(why)
     folders = {kind: tmp_path_factory.mktemp(f"multihost-{kind}") for kind in MASTERS}
-    with ThreadPoolExecutor(max_workers=len(MASTERS)) as pool:
-        futures = {
-            kind: pool.submit(_multihost_run, kind, f"{prefix}{index}", folders[kind])
-            for index, kind in enumerate(MASTERS)
-        }
-        return {kind: future.result() for kind, future in futures.items()}
+    return all_at_once(
+        {kind: functools.partial(_multihost_run, kind, f"{prefix}{i}", folders[kind]) for i, kind in enumerate(MASTERS)}
+    )
 
 
 @pytest.fixture(params=MASTERS)

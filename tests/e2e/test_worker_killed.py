@@ -6,11 +6,11 @@ later steps reach their target in-flight again."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from tests.e2e.fault_helpers import (
     start_locust,  # fmt: skip
     wait_for_step,
 )
+from tests.e2e.side_by_side import all_at_once
 
 pytestmark = pytest.mark.slow
 
@@ -71,11 +72,9 @@ def _killed_worker_run(signal_name: str, tmp: Path) -> tuple[Path, int | None, f
 @pytest.fixture(scope="module")
 def killed_worker_runs(tmp_path_factory) -> dict:
     """Both runs side by side, each on its own embedded server (a light run: two at once take the
-    time of one, as in :mod:`tests.e2e.side_by_side`): ``{signal name: (run_dir, exit code, kill time)}``."""
+    time of one, :func:`tests.e2e.side_by_side.all_at_once`): ``{signal name: (run_dir, exit code, kill time)}``."""
     folders = {name: tmp_path_factory.mktemp(f"killed-{name}") for name in SIGNALS}
-    with ThreadPoolExecutor(max_workers=len(SIGNALS)) as pool:
-        futures = {name: pool.submit(_killed_worker_run, name, folders[name]) for name in SIGNALS}
-        return {name: future.result() for name, future in futures.items()}
+    return all_at_once({name: functools.partial(_killed_worker_run, name, folders[name]) for name in SIGNALS})
 
 
 @pytest.fixture(params=SIGNALS)
