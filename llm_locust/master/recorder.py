@@ -36,6 +36,7 @@ from llm_locust.client.prompts import load_prompts, prompt_set_sha256
 from llm_locust.client.spawncache import install_default_args_cache
 from llm_locust.master.clocksync import ClockResponder
 from llm_locust.master.config import MasterConfig, metrics_urls, parse_labels
+from llm_locust.master.promptquit import install_final_stats_csv, install_prompt_quit
 from llm_locust.master.rundir import RunDirectory
 from llm_locust.master.scraper import MetricsScraper
 from llm_locust.master.servercapture import ServerCapture
@@ -344,6 +345,7 @@ def install(events) -> None:
 
     Called once by :mod:`llm_locust.plugin` when a locustfile imports it.
     """
+    install_final_stats_csv()  # --csv files with the last reports in (promptquit.py)
 
     @events.init_command_line_parser.add_listener
     def _add_options(parser, **_kwargs) -> None:
@@ -355,6 +357,7 @@ def install(events) -> None:
 
         if isinstance(environment.runner, MasterRunner):
             ClockResponder(environment)
+            install_prompt_quit(environment)  # its end: the workers' answers, not 3 x 0.5 s
 
         if not isinstance(environment.runner, WorkerRunner) and environment.parsed_options is not None:
             try:
