@@ -17,7 +17,11 @@ Stages, µs per token event (CPU time, ``time.process_time``; best of ``repeats`
 - ``json``: ``orjson.loads`` per event (and, for comparison, the stdlib's ``json.loads``).
 - ``adapter``: the chat adapter's ``interpret`` per event (a typed event from the JSON object).
 - ``bookkeeping``: the rest of ``_EventStream.take`` (stamps, texts, first token, deadlines):
-  the whole ``take`` minus the four stages above.
+  the whole ``take``, every event decoded (an adapter declaring its text not opaque), minus the
+  four stages above.
+- ``template``: the whole ``take`` as the worker runs it, token chunks of a stream under way
+  read by the stream's template (no ``orjson.loads``, no ``interpret``: ``_EventStream._learn``);
+  ``total`` is this plus ``request``, ``total_decoded`` the sum of the stages.
 - ``request``: once per request, ``fill_record`` and the ``requests.csv`` line, divided by
   the tokens of a request.
 - ``sse_sseclient``: sseclient-py's framing instead (NaN without the test extra).
@@ -105,8 +109,9 @@ def stage_costs(*, tokens: int = 256, per_read: int = 4, requests: int = 40, rep
     -------
     dict
         ``http``, ``sse``, ``json``, ``json_stdlib``, ``adapter``, ``bookkeeping``, ``request``,
-        ``total`` (the worker's stages summed, stdlib column excluded) and ``bare``, µs per
-        token event.
+        ``total_decoded`` (the worker's stages summed, stdlib column excluded), ``template`` (the
+        whole ``take`` with token chunks read by the template), ``total`` (``template`` plus
+        ``request``: the worker as it runs) and ``bare``, µs per token event.
     """
     sys.path.insert(0, str(REPO))
     from geventhttpclient.response import HTTPResponse
@@ -120,9 +125,12 @@ def stage_costs(*, tokens: int = 256, per_read: int = 4, requests: int = 40, rep
     from llm_locust.client.watchdog import Watchdog
     from llm_locust.master.rundir import csv_cells
 
+    class DecodingAdapter(OpenAIChatAdapter):
+        text_opaque = False  # every event decoded and interpreted: no template
+
     reads = stream_reads("bench-1", tokens, per_read)
     events = tokens * requests
-    adapter, watchdog = OpenAIChatAdapter(), Watchdog()
+    adapter, decoding, watchdog = OpenAIChatAdapter(), DecodingAdapter(), Watchdog()
     body_reads = reads[1:]
     payloads = [content_event("bench-1")[6:-2]] * tokens
     objects = [loads(p) for p in payloads]
@@ -169,14 +177,14 @@ def stage_costs(*, tokens: int = 256, per_read: int = 4, requests: int = 40, rep
 
     streams: list = []
 
-    def take() -> None:
+    def take(reading=adapter) -> None:
         streams.clear()
         for _ in range(requests):
             out = Exchange(t0=time.perf_counter())
             parser = HTTPResponse(method="POST")
             parser.feed(reads[0])
             out.status = parser.status_code
-            stream = _EventStream(parser, adapter, _Clock(Limits(), out.t0, watchdog), out)
+            stream = _EventStream(parser, reading, _Clock(Limits(), out.t0, watchdog), out)
             t = out.t0
             stream.take(None, t)
             for r in body_reads:
@@ -215,17 +223,20 @@ def stage_costs(*, tokens: int = 256, per_read: int = 4, requests: int = 40, rep
                     if delta.get("content"):
                         count += 1
 
-    take()
-    assert all(out.failure is None and out.done and out.sse_events == tokens + 4 for out in streams), "a stream failed"
+    for reading in (decoding, adapter):
+        take(reading)
+        assert all(out.failure is None and out.done and out.sse_events == tokens + 4 and out.token_events == tokens
+                   for out in streams), "a stream failed"  # fmt: skip
     us = {name: _best(fn, repeats) / events * 1e6 for name, fn in
           (("http", http), ("sse", sse), ("json", orjson_), ("json_stdlib", stdlib), ("adapter", interpret),
-           ("take", take), ("request", request), ("bare", bare))}  # fmt: skip
+           ("take", lambda: take(decoding)), ("template", take), ("request", request), ("bare", bare))}  # fmt: skip
     try:
         us["sse_sseclient"] = _best(sseclient, repeats) / events * 1e6
     except ImportError:  # pip install -e '.[test]'
         us["sse_sseclient"] = math.nan
     us["bookkeeping"] = max(0.0, us.pop("take") - us["http"] - us["sse"] - us["json"] - us["adapter"])
-    us["total"] = us["http"] + us["sse"] + us["json"] + us["adapter"] + us["bookkeeping"] + us["request"]
+    us["total_decoded"] = us["http"] + us["sse"] + us["json"] + us["adapter"] + us["bookkeeping"] + us["request"]
+    us["total"] = us["template"] + us["request"]
     return us
 
 
@@ -240,7 +251,9 @@ def print_table(us: dict[str, float]) -> None:
     )
     for label, key in rows:
         print(f"  {label:<58}{us[key]:>7.2f}")
-    print(f"  {'total':<58}{us['total']:>7.2f}")
+    print(f"  {'total, every event decoded':<58}{us['total_decoded']:>7.2f}")
+    print(f"  {'take, token chunks read by the template (no JSON, adapter)':<58}{us['template']:>7.2f}")
+    print(f"  {'total, as the worker runs (template + per request)':<58}{us['total']:>7.2f}")
     print(f"  {'bare reader after recv (split, find, orjson.loads, lookups)':<58}{us['bare']:>7.2f}")
     print(f"  {'(stdlib json.loads instead of orjson)':<58}{us['json_stdlib']:>7.2f}")
     extra = "" if us["sse_sseclient"] == us["sse_sseclient"] else " (not installed: pip install -e '.[test]')"

@@ -36,13 +36,14 @@ is handed back in ``Exchange.interrupt`` for the caller to record the request, t
 from __future__ import annotations
 
 import math
+import re
 import socket
 import time
 from dataclasses import dataclass, field
 
 from gevent import GreenletExit
 from geventhttpclient.response import HTTPParseError, HTTPResponse
-from orjson import loads
+from orjson import dumps, loads
 
 from llm_locust.client.connection import ConnectionPool
 from llm_locust.client.failure import Failure
@@ -75,6 +76,12 @@ string object and a list slot per token (about 60 bytes each), at one join per 1
 Measured with tracemalloc on a 256-token stream, one event per read: 5-7 KB per open stream
 in all, against 18-34 KB with one string per token (``benchmarks/client_overhead.py``)."""
 INF = math.inf
+TEMPLATE_PROBE = b"llm-locust probe"
+"""The string body put in place of a token's text to check a stream's template (see
+:meth:`_EventStream._learn`): no quote, backslash or control byte, not empty."""
+_NOT_PLAIN = re.compile(rb'["\\\x00-\x1f]').search
+"""Finds a byte that a JSON string body cannot hold as itself (quote, backslash: an escape or the
+string's end; a control byte: orjson refuses it)."""
 INTERRUPTED_MESSAGE = "the test stopped while the request was in flight"
 """Message of an ``interrupted`` failure (Locust's failure table shows ``"interrupted: <this>"``)."""
 
@@ -465,7 +472,8 @@ class _EventStream:
     """
 
     __slots__ = ("out", "parser", "body", "decoder", "interpret", "clock", "first_token", "first_answer",
-                 "need_id", "last_event_t", "draining", "reusable", "message_ends", "streamed", "last_t")  # fmt: skip
+                 "need_id", "last_event_t", "draining", "reusable", "message_ends", "streamed", "last_t",
+                 "template")  # fmt: skip
 
     def __init__(self, parser: HTTPResponse, adapter: Adapter, clock: _Clock, out: Exchange) -> None:
         self.out = out
@@ -483,6 +491,9 @@ class _EventStream:
         self.draining = False
         self.reusable = False
         self.last_t = -INF
+        self.template: tuple[bytes, bytes, int, int] | bool | None = None if adapter.text_opaque else False
+        """None: not learned yet; False: none (the adapter's text is not opaque, or the first token
+        chunk did not fit); else (prefix, suffix, len(prefix), -len(suffix)): see :meth:`_learn`."""
 
     def take(self, data: bytes | None, t: float) -> bool:
         """Take one read's bytes (``b""``: the peer closed; None: only what the parser holds).
@@ -615,12 +626,18 @@ class _EventStream:
         """Interpret framed payloads that arrived at ``t``; the failure they carry, else None.
 
         Per event: ``orjson.loads``, the adapter's ``interpret``, then bookkeeping in locals (the
-        event unpacked once, no attribute reads per field). Per read: the token events' stamp is
-        formatted once and stored once for all of them (:attr:`Exchange.token_us`), and the text
-        pieces are joined every :data:`COMPACT_PIECES` (memory per open stream).
+        event unpacked once, no attribute reads per field). A token chunk of a stream under way
+        whose bytes are the stream's template with another plain string in the text's place
+        (:meth:`_learn`) is read without either: its text is that string. Per read: the token
+        events' stamp is formatted once and stored once for all of them
+        (:attr:`Exchange.token_us`), and the text pieces are joined every :data:`COMPACT_PIECES`
+        (memory per open stream).
         """
         if not framed:
             return None
+        template = self.template
+        if template:
+            prefix, suffix, text_from, text_to = template  # type: ignore[misc]
         out = self.out
         texts = out.texts
         interpret = self.interpret
@@ -638,6 +655,17 @@ class _EventStream:
                     break
                 continue  # other named events carry nothing we measure
             n_events += 1
+            if template and data.startswith(prefix) and data.endswith(suffix):
+                plain = data[text_from:text_to]  # empty when prefix and suffix overlap
+                if plain and not _NOT_PLAIN(plain):
+                    try:
+                        text = plain.decode()
+                    except UnicodeDecodeError:  # orjson refuses it too: the slow path says so
+                        pass
+                    else:
+                        token_events += 1  # the common case below, proven without decoding
+                        texts.append(text)
+                        continue
             try:
                 payload = loads(data)
             except ValueError as exc:  # the rare payloads that are not JSON are told apart only here
@@ -665,6 +693,10 @@ class _EventStream:
                         and timings is None and error is None):  # fmt: skip
                     token_events += 1  # the common case: one more token of a stream under way
                     texts.append(text)
+                    if template is None:
+                        template = self.template = self._learn(data, payload)
+                        if template:
+                            prefix, suffix, text_from, text_to = template  # type: ignore[misc]
                     continue
                 if not first_token:
                     first_token = self.first_token = True
@@ -708,3 +740,31 @@ class _EventStream:
             out.sse_events += n_events
             self.last_event_t = t
         return failure
+
+    def _learn(self, data: bytes, payload) -> tuple[bytes, bytes, int, int] | bool:
+        """The stream's template, from its first token chunk read the common way, or False.
+
+        The chunk's text, encoded as orjson encodes it, must occur exactly once in its bytes:
+        ``prefix + text + suffix`` (the quotes in prefix and suffix). The template holds when the
+        adapter reads ``prefix + TEMPLATE_PROBE + suffix`` as the same event with the probe as its
+        text. Then for any later chunk ``prefix + s + suffix``, with ``s`` a plain string body (no
+        quote, backslash or control byte; valid UTF-8; not empty), JSON's grammar gives the same
+        value with ``s`` in the probe's place, and the adapter, whose text is opaque
+        (``Adapter.text_opaque``: read as is, and otherwise only whether it is empty), gives the
+        same common token event with text ``s``: decoding and interpreting it can be skipped.
+        A server whose chunks differ in anything else (a running usage, a changing id or
+        timestamp) gets no template, or misses it per chunk and takes the common way.
+        """
+        try:
+            reference = self.interpret(payload)
+            encoded = dumps(reference.text)
+            at = data.find(encoded)
+            if at < 0 or data.find(encoded, at + 1) >= 0:
+                return False
+            prefix, suffix = data[: at + 1], data[at + len(encoded) - 1 :]
+            event = self.interpret(loads(prefix + TEMPLATE_PROBE + suffix))
+        except Exception:  # the probe read otherwise: no template
+            return False
+        if event != reference._replace(text=TEMPLATE_PROBE.decode()):
+            return False
+        return prefix, suffix, len(prefix), -len(suffix)

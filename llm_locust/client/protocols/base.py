@@ -130,6 +130,12 @@ class Adapter(Protocol):
     path: str
     framing: str
     """One of :data:`FRAMINGS`."""
+    text_opaque: ClassVar[bool]
+    """True when :meth:`interpret` reads the generated text's string value only as is (the
+    event's ``text`` is that string) and otherwise only for whether it is empty: then two
+    payloads that differ only in that non-empty string give events that differ only in ``text``,
+    and :class:`llm_locust.client.stream._EventStream` may read a token chunk by its template
+    instead of decoding it. False (or absent) keeps every payload decoded."""
 
     def build_body(self, *, prompt: str | list[dict], workload: Workload) -> dict:
         """JSON body for one request: ``prompt`` is the user text, or a chat ``messages`` list

@@ -35,6 +35,7 @@ class GenericAdapter:
     """
 
     name: ClassVar[str] = "generic"
+    text_opaque: ClassVar[bool] = True  # the text path's value is taken as it is; answer: is it empty
 
     def __init__(self, *, fmt: GenericFormat) -> None:
         self.fmt = fmt

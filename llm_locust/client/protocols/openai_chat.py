@@ -73,6 +73,9 @@ class OpenAIChatAdapter:
     """
 
     name: ClassVar[str] = "openai-chat"
+    text_opaque: ClassVar[bool] = (
+        True  # content, reasoning and tool-call strings are appended as they are; answer: is content empty
+    )
     path: str = "/v1/chat/completions"
 
     def __init__(self, *, stream: bool = True) -> None:

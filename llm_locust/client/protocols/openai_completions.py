@@ -24,6 +24,7 @@ class OpenAICompletionsAdapter:
     """
 
     name: ClassVar[str] = "openai-completions"
+    text_opaque: ClassVar[bool] = True  # text pieces are appended as they are; answer: is the text empty
     path: str = "/v1/completions"
 
     def __init__(self, *, stream: bool = True) -> None:

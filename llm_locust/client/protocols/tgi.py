@@ -46,6 +46,7 @@ class TGIAdapter:
     """
 
     name: ClassVar[str] = "tgi"
+    text_opaque: ClassVar[bool] = True  # token.text is taken as it is; answer: is it empty
 
     def __init__(self, *, stream: bool = True) -> None:
         self.path = "/generate_stream" if stream else "/generate"
