@@ -52,8 +52,9 @@ _CHUNK_ROWS = 50_000
 
 
 def make_source(path: Path) -> Path:
-    """A small real run directory: ``llm-locust demo`` (embedded server, ladder 1,2,4,8)."""
-    command = [str(Path(sys.executable).parent / "llm-locust"), "demo", "--run-dir", str(path), "--ladder", "1,2,4,8",
+    """A small real run directory: ``llm-locust demo`` (embedded server, ladder 1,2,4,8,16: past its
+    8 slots, so the demo finds what it expects and exits 0)."""
+    command = [str(Path(sys.executable).parent / "llm-locust"), "demo", "--run-dir", str(path), "--ladder", "1,2,4,8,16",
                "--dwell-s", "8", "--warmup-s", "2", "--workers", "1"]  # fmt: skip
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return path
