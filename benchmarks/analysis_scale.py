@@ -1,10 +1,10 @@
 """Analysis and the master's end-of-run client report at a million requests, beside a 100-row run.
 
     python benchmarks/analysis_scale.py [--from RUN_DIR] [--rows 1000000] [--hours 24] [--keep DIR]
-                                        [--only analyze|report]
+                                        [--only analyze|report] [--repeat 3]
 
 Builds two synthetic run directories from one real small run (``--from``; without it, one is made
-with ``llm-locust demo``: the embedded server, a 1,2,4,8 ladder, ~40 s): the big one holds
+with ``llm-locust demo``: the embedded server, a 1,2,4,8,16 ladder, ~45 s): the big one holds
 ``--rows`` requests over ``--hours`` hours and a vLLM-format server log of the same span
 (``benchmarks/serverlog_parse.py``'s writer), the small one ``--small-rows`` requests and a
 six-minute log (``--keep DIR`` keeps them, and a later run with the same ``--keep`` reuses what
@@ -14,7 +14,7 @@ in turn, evenly spread over the step, the ladder stretched to the whole span), w
 
 Then, each in a process of its own (time and peak RSS from ``os.wait4``):
 
-- ``llm-locust analyze`` of each run directory (targets: 10 s, 1 GiB);
+- ``llm-locust analyze`` of each run directory, the median of ``--repeat`` runs (targets: 10 s, 1 GiB);
 - the master's end of run (:class:`llm_locust.master.clientreport.ClientReport`): every row fed
   as the master gets them (``add_rows``, batches of 500), then ``client_report.json`` written,
   pooled ITL included; the time and peak RSS of that end-of-run step alone are printed by the
@@ -31,6 +31,7 @@ import io
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -178,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small-rows", type=int, default=100)
     parser.add_argument("--keep", type=Path, help="build the run directories here and keep them (reused when built)")
     parser.add_argument("--only", choices=("analyze", "report"), help="measure only analyze, or only the client report")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="analyze runs per directory; medians reported (default 3)"
+    )
     parser.add_argument("--client-report-child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.client_report_child:
@@ -202,8 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         child = [sys.executable, __file__, "--client-report-child"]
         results = {}
         for name, run in (("small", small), ("big", big)):
-            if args.only != "report":
-                results["analyze", name] = measure([*analyze, str(run)])[:3]
+            if args.only != "report":  # medians of --repeat runs: one run moves by 1-2 s here
+                runs = [measure([*analyze, str(run)])[:3] for _ in range(args.repeat)]
+                results["analyze", name] = tuple(statistics.median(r[k] for r in runs) for k in range(3))
             if args.only != "analyze":
                 _, _, rss_mb, out = measure([*child, str(run)])
                 results["client report (end of run)", name] = (

@@ -150,9 +150,11 @@ class _State:
         if self.keep is not None and self.chars_seen >= self.head_chars:
             if self.keep.narrow is not None:
                 self.keep = self.keep.narrow("\n".join(self.pieces))
-            if not cut and not self.keep.patterns and _short_lines(block):
-                self._add_found(block)
-                return
+            if not cut and not self.keep.patterns:
+                ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)  # every line's "\n"
+                if not len(ends) or int(np.diff(ends, prepend=-1).max()) <= MAX_LINE_CHARS:
+                    self._add_found(block, ends)
+                    return
         self._add_split(self._decode(block, lines=True), cut=cut)
 
     def _decode(self, data: bytes, *, lines: bool = False) -> str:
@@ -211,29 +213,33 @@ class _State:
                 chosen.add(k)
         return sorted(chosen), keyword_hits
 
-    def _add_found(self, block: bytes) -> None:
-        """Add the lines of a block (no line over-long) that hold a literal: whole-block
-        searches in the bytes (lower-cased for the case-insensitive literals: ASCII only, so
-        offsets do not move), then only the lines found are decoded."""
-        starts: set[int] = set()
-        keyword_starts: set[int] = set()
-        _line_starts_with(block, tuple(w.encode() for w in self.keep.literals), starts)
-        if self.keep.lower_literals:
-            _line_starts_with(block.lower(), tuple(w.encode() for w in self.keep.lower_literals), keyword_starts)
-        first, line, previous = self.next_line, 0, 0
-        for start in sorted(starts | keyword_starts):
-            line += block.count(b"\n", previous, start)
-            previous = start
-            self.pieces.append(self._decode(block[start : block.find(b"\n", start)]))
-            self.numbers.append(first + line)
-            if start in keyword_starts:
-                self.keyword_lines.append(first + line)
-        n_lines = block.count(b"\n")
+    def _add_found(self, block: bytes, ends: np.ndarray) -> None:
+        """Add the lines of a block (no line over-long; ``ends``: the offset of each line's
+        newline) that hold a literal: each block's lines searched at once for every literal
+        (:func:`_lines_holding`), then only the lines found are decoded."""
+        keep = self.keep
+        assert keep is not None
+        starts = np.empty(len(ends), dtype=np.int64)
+        starts[:1] = 0
+        starts[1:] = ends[:-1] + 1
+        found = np.zeros(len(ends), dtype=bool)
+        keyword = found
+        if keep.literals:
+            found = _lines_holding(block, ends, keep.literals, ignore_case=False)
+        if keep.lower_literals:
+            keyword = _lines_holding(block, ends, keep.lower_literals, ignore_case=True)
+            found = found | keyword
+        first = self.next_line
+        for k in np.flatnonzero(found).tolist():
+            self.pieces.append(self._decode(block[starts[k] : ends[k]]))
+            self.numbers.append(first + k)
+            if keyword[k]:
+                self.keyword_lines.append(first + k)
+        n_lines = len(ends)
         self.chars_seen += len(block)
         self.next_line += n_lines
         if n_lines:
-            last = block[block.rfind(b"\n", 0, len(block) - 1) + 1 : -1]
-            self.last = (self.next_line - 1, last.decode("utf-8", errors="replace"))
+            self.last = (self.next_line - 1, block[starts[-1] : ends[-1]].decode("utf-8", errors="replace"))
 
     def log(self, name: str) -> LogText:
         if self.last is not None and (not self.numbers or self.numbers[-1] != self.last[0]):
@@ -261,17 +267,31 @@ class _State:
         )
 
 
-def _short_lines(block: bytes) -> bool:
-    """True when no line of ``block`` has more than ``MAX_LINE_CHARS`` bytes."""
-    newlines = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
-    return not len(newlines) or int(np.diff(newlines, prepend=-1).max()) <= MAX_LINE_CHARS
+_RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
 
 
-def _line_starts_with(data: bytes, words: tuple[bytes, ...], starts: set[int]) -> None:
-    """Add to ``starts`` the offset of each line of ``data`` holding one of ``words``."""
-    for word in words:
-        pos = data.find(word)
-        while pos >= 0:
-            starts.add(data.rfind(b"\n", 0, pos) + 1)
-            end = data.find(b"\n", pos)
-            pos = data.find(word, end + 1) if end >= 0 else -1
+def _lines_holding(block: bytes, ends: np.ndarray, words: tuple[str, ...], *, ignore_case: bool) -> np.ndarray:
+    """Which lines of ``block`` (each ending at its offset in ``ends``) hold one of ``words``.
+
+    One pass of RE2 over the block's lines for all the words at once (pyarrow's
+    ``match_substring_regex`` on the block's bytes as a binary array of its lines, no copy),
+    where ``bytes.find`` took one pass per word (31 error keywords: 1.8 s of a 24-hour log's
+    2.4 s read). ``ignore_case`` matches ASCII letters in either case (RE2's case folding, which
+    also folds a few non-ASCII letters: a line found that way only goes on to the real patterns).
+
+    Returns
+    -------
+    numpy.ndarray
+        bool, one per line.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    offsets = np.empty(len(ends) + 1, dtype=np.int64)
+    offsets[0] = 0
+    offsets[1:] = ends + 1
+    lines = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(block)]
+    )
+    pattern = "|".join(_RE2_SPECIAL.sub(r"\\\1", word) for word in words)
+    return pc.match_substring_regex(lines, pattern=pattern, ignore_case=ignore_case).to_numpy(zero_copy_only=False)

@@ -374,3 +374,25 @@ def test_arrival_stamps_follow_the_kept_lines_of_a_long_log(tmp_path):
     assert [log.line(int(n)) for n in data] == [lines[n_filler], lines[n_filler + 2]]
     assert np.isnan(log.arrival(np.array([5])))[0]  # a backlog line
     assert log.end_s() == 1002.5
+
+
+def test_lines_holding_matches_a_search_line_by_line():
+    # the block search (RE2 over all the lines at once) against Python's `in` on each line, with
+    # the built-in keywords (regex-special ones among them: '" 429 ') and bytes that are not UTF-8
+    from analysis.server.serverlog.errors import KEYWORDS
+    from analysis.server.serverlog.reader import _lines_holding
+
+    words = tuple(dict.fromkeys(w for ws in KEYWORDS.values() for w in ws)) + ("a.b", "(x|y)", "[z]", "c*d$^")
+    rng = random.Random(7)
+    pieces = [w.encode() for w in words] + [w.upper().encode() for w in words] + [b"\xff\xfe", b" ", b"Q", b"\xc3\xa9"]
+    lines = [b"".join(rng.choice(pieces) if rng.random() < 0.3 else b"x" for _ in range(rng.randint(0, 12)))
+             for _ in range(2000)]  # fmt: skip
+    block = b"\n".join(lines) + b"\n"
+    ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+
+    exact = _lines_holding(block, ends, words, ignore_case=False)
+    folded = _lines_holding(block, ends, words, ignore_case=True)
+
+    assert exact.tolist() == [any(w.encode() in line for w in words) for line in lines]
+    assert folded.tolist() == [any(w.encode() in line.lower() for w in words) for line in lines]
+    assert 0 < sum(exact) < sum(folded) < len(lines)
