@@ -10,8 +10,9 @@ count agree (the final report, sent when a worker quits, included). On the maste
 Backpressure: a worker ships at most :data:`WINDOW_RECORDS` records the master has not yet
 written and holds the rest for its next reports; as the test stops, the master asks every worker
 to stop its users and ship what it still holds (:data:`FLUSH`), and waits for it, so a backlog
-is never left to Locust's last reports (its master waits 0.5 s for those). While records are held, ``requests.csv`` lags
-Locust's count; at the end they agree. A worker lost while holding records loses those with it.
+is never left to Locust's last reports (a master waits for those a few seconds at most:
+:mod:`llm_locust.master.promptquit`). While records are held, ``requests.csv`` lags Locust's
+count; at the end they agree. A worker lost while holding records loses those with it.
 
 Other rows a worker measures (its own load, :mod:`llm_locust.client.load`) ride the same
 messages under a key of their own (:class:`RowShipper`).
@@ -226,7 +227,8 @@ class RecordShipper(RowShipper):
     def _on_flush(self, environment=None, msg=None, **_kwargs) -> None:
         """The master's test is stopping: stop the users (Locust's own stop, as its quit message
         would, so no record comes after this), then ship every held record at once (a large
-        backlog in the last report could come too late: Locust's master waits 0.5 s for those)."""
+        backlog in the last report could come too late: the master waits for those a few seconds
+        at most)."""
         runner = self.environment.runner
         runner.stop()
         runner.send_message(FLUSHED, self._take(len(self._buffer)))
