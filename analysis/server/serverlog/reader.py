@@ -219,19 +219,20 @@ class _State:
         (:func:`_lines_holding`), then only the lines found are decoded."""
         keep = self.keep
         assert keep is not None
-        starts = np.empty(len(ends), dtype=np.int64)
-        starts[:1] = 0
-        starts[1:] = ends[:-1] + 1
+        offsets = np.empty(len(ends) + 1, dtype=np.int64)  # line k: block[offsets[k]:ends[k]]
+        offsets[0] = 0
+        offsets[1:] = ends + 1
+        lines = _binary_lines(block, offsets)
         found = np.zeros(len(ends), dtype=bool)
         keyword = found
         if keep.literals:
-            found = _lines_holding(block, ends, keep.literals, ignore_case=False)
+            found = _lines_holding(lines, keep.literals, ignore_case=False)
         if keep.lower_literals:
-            keyword = _lines_holding(block, ends, keep.lower_literals, ignore_case=True)
+            keyword = _lines_holding(lines, keep.lower_literals, ignore_case=True)
             found = found | keyword
         first = self.next_line
         for k in np.flatnonzero(found).tolist():
-            self.pieces.append(self._decode(block[starts[k] : ends[k]]))
+            self.pieces.append(self._decode(block[offsets[k] : ends[k]]))
             self.numbers.append(first + k)
             if keyword[k]:
                 self.keyword_lines.append(first + k)
@@ -239,7 +240,7 @@ class _State:
         self.chars_seen += len(block)
         self.next_line += n_lines
         if n_lines:
-            self.last = (self.next_line - 1, block[starts[-1] : ends[-1]].decode("utf-8", errors="replace"))
+            self.last = (self.next_line - 1, block[offsets[-2] : ends[-1]].decode("utf-8", errors="replace"))
 
     def log(self, name: str) -> LogText:
         if self.last is not None and (not self.numbers or self.numbers[-1] != self.last[0]):
@@ -270,28 +271,31 @@ class _State:
 _RE2_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
 
 
-def _lines_holding(block: bytes, ends: np.ndarray, words: tuple[str, ...], *, ignore_case: bool) -> np.ndarray:
-    """Which lines of ``block`` (each ending at its offset in ``ends``) hold one of ``words``.
+def _binary_lines(block: bytes, offsets: np.ndarray):
+    """The lines of ``block`` as a pyarrow ``large_binary`` array on its bytes (no copy): line
+    ``k`` is ``block[offsets[k]:offsets[k + 1]]``, its newline included."""
+    import pyarrow as pa
 
-    One pass of RE2 over the block's lines for all the words at once (pyarrow's
-    ``match_substring_regex`` on the block's bytes as a binary array of its lines, no copy),
-    where ``bytes.find`` took one pass per word (31 error keywords: 1.8 s of a 24-hour log's
-    2.4 s read). ``ignore_case`` matches ASCII letters in either case (RE2's case folding, which
-    also folds a few non-ASCII letters: a line found that way only goes on to the real patterns).
+    return pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(block)]
+    )
+
+
+def _lines_holding(lines, words: tuple[str, ...], *, ignore_case: bool) -> np.ndarray:
+    """Which of ``lines`` (:func:`_binary_lines`) hold one of ``words``.
+
+    One pass of RE2 over a block's lines for all the words at once (pyarrow's
+    ``match_substring_regex``), where ``bytes.find`` took one pass per word (31 error keywords:
+    1.8 s of a 24-hour log's 2.4 s read). ``ignore_case`` matches ASCII letters in either case
+    (RE2's case folding, which also folds a few non-ASCII letters: a line found that way only
+    goes on to the real patterns).
 
     Returns
     -------
     numpy.ndarray
         bool, one per line.
     """
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    offsets = np.empty(len(ends) + 1, dtype=np.int64)
-    offsets[0] = 0
-    offsets[1:] = ends + 1
-    lines = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), len(ends), [None, pa.py_buffer(offsets), pa.py_buffer(block)]
-    )
     pattern = "|".join(_RE2_SPECIAL.sub(r"\\\1", word) for word in words)
     return pc.match_substring_regex(lines, pattern=pattern, ignore_case=ignore_case).to_numpy(zero_copy_only=False)

@@ -380,7 +380,7 @@ def test_lines_holding_matches_a_search_line_by_line():
     # the block search (RE2 over all the lines at once) against Python's `in` on each line, with
     # the built-in keywords (regex-special ones among them: '" 429 ') and bytes that are not UTF-8
     from analysis.server.serverlog.errors import KEYWORDS
-    from analysis.server.serverlog.reader import _lines_holding
+    from analysis.server.serverlog.reader import _binary_lines, _lines_holding
 
     words = tuple(dict.fromkeys(w for ws in KEYWORDS.values() for w in ws)) + ("a.b", "(x|y)", "[z]", "c*d$^")
     rng = random.Random(7)
@@ -389,9 +389,10 @@ def test_lines_holding_matches_a_search_line_by_line():
              for _ in range(2000)]  # fmt: skip
     block = b"\n".join(lines) + b"\n"
     ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+    lines_of_block = _binary_lines(block, np.concatenate([[0], ends + 1]).astype(np.int64))
 
-    exact = _lines_holding(block, ends, words, ignore_case=False)
-    folded = _lines_holding(block, ends, words, ignore_case=True)
+    exact = _lines_holding(lines_of_block, words, ignore_case=False)
+    folded = _lines_holding(lines_of_block, words, ignore_case=True)
 
     assert exact.tolist() == [any(w.encode() in line for w in words) for line in lines]
     assert folded.tolist() == [any(w.encode() in line.lower() for w in words) for line in lines]
