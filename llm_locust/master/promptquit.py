@@ -12,14 +12,12 @@ Locust's does, in the same order (stop without telling the workers, send each wo
 wait, kill the runner's greenlets), but waits only until every worker it told has answered:
 a worker sends its final stats report and then its own ``quit`` message, in that order, on
 one connection, and the master drops it from ``runner.clients`` on the latter, so an empty
-``clients`` means every last report is in. It still waits at most :data:`QUIT_WAIT_S` (Locust's
-half second before) for workers that do not answer (a stopped one; a worker the master already
-counts as missing is not waited for), and logs a warning naming how many did not answer: their
-last stats may be missing from Locust's counts. Locust's fixed half second was too short for a
-busy worker's last report (``benchmarks/master_ingest.py`` at 10,000 records/s saw Locust count
-~10,000 requests fewer than ``requests.csv`` now and then); waiting for the answer costs nothing
-when the answer is quick. A quit while another is waiting returns at once: the first one kills
-the runner's greenlets when its wait ends.
+``clients`` means every last report is in. It waits at most :data:`QUIT_WAIT_S` for workers
+that do not answer (a stopped one; a worker the master already counts as missing is not waited
+for), and logs a warning naming how many did not answer: their last stats may be missing from
+Locust's counts. The bound is longer than Locust's half second because the wait ends on the
+answers, so it is paid only for a silent worker. A quit while another is waiting returns at once:
+the first one kills the runner's greenlets when its wait ends.
 llm-locust's records do not depend on this wait: the master has every worker ship what it
 holds when the test stops and waits for it (:mod:`llm_locust.master.shipping`).
 
