@@ -491,7 +491,9 @@ class _EventStream:
         self.draining = False
         self.reusable = False
         self.last_t = -INF
-        self.template: tuple[bytes, bytes, int, int] | bool | None = None if adapter.text_opaque else False
+        self.template: tuple[bytes, bytes, int, int] | bool | None = (
+            None if getattr(adapter, "text_opaque", False) else False
+        )
         """None: not learned yet; False: none (the adapter's text is not opaque, or the first token
         chunk did not fit); else (prefix, suffix, len(prefix), -len(suffix)): see :meth:`_learn`."""
 

@@ -73,9 +73,8 @@ class OpenAIChatAdapter:
     """
 
     name: ClassVar[str] = "openai-chat"
-    text_opaque: ClassVar[bool] = (
-        True  # content, reasoning and tool-call strings are appended as they are; answer: is content empty
-    )
+    # content, reasoning and tool-call strings are appended as they are; answer: is content empty
+    text_opaque: ClassVar[bool] = True
     path: str = "/v1/chat/completions"
 
     def __init__(self, *, stream: bool = True) -> None:
