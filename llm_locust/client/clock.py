@@ -13,7 +13,17 @@ notes the arrival ``t3``. One exchange gives (RFC 5905, section 8)::
 and the true offset lies within ``offset_s ± delay_s / 2`` whatever the asymmetry of the two
 paths. The estimate kept is the sample of least delay (the least queueing, so the tightest bound)
 among the last :data:`KEEP_SAMPLES`: a burst of :data:`BURST` pings at start, then one every
-:data:`PERIOD_S`. Written here and not taken from an NTP library because the exchange must run
+:data:`PERIOD_S`.
+
+Until the clock has *settled* (a sample of delay at most :data:`SETTLE_DELAY_S`, or the whole
+burst answered) a read of the master's clock waits, at most :data:`SETTLE_TIMEOUT_S` from the
+worker's start: the master starts its test as soon as the last worker connects, so a user's first
+request could otherwise be stamped before the first answer (offset 0: the worker's own clock, the
+full skew off) or with a first sample that a queued master answered late (off by up to half its
+delay). The estimate then moves only to a tighter sample, by less than the settled one's
+uncertainty, so no record is placed by a guess. Found by ``tests/e2e/test_clock_skew.py`` on a
+loaded machine: a +2 s worker's first request placed 2 s late added 0.5 s of in-flight time to
+the one-user step. Written here and not taken from an NTP library because the exchange must run
 over the connection Locust already has (no other port between load machines and master).
 
 Test hook: env ``LLM_LOCUST_TEST_CLOCK_SKEW_S`` adds that many seconds to this process's wall
@@ -29,6 +39,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import gevent
+import gevent.event
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +52,11 @@ BURST_GAP_S = 0.1
 PERIOD_S = 5.0
 """Seconds between two pings after the burst (clocks drift; a run lasts minutes to hours)."""
 KEEP_SAMPLES = 32
+SETTLE_DELAY_S = 0.1
+"""A sample of this round trip or less settles the clock (the offset known within ±50 ms)."""
+SETTLE_TIMEOUT_S = 2.0
+"""Longest a read of the master's clock waits for the clock to settle, s from the worker's start;
+past it the estimate so far is used (the worker's own clock before any answer) and a warning says so."""
 
 _SKEW_S = float(os.environ.get(SKEW_ENV) or 0.0)
 
@@ -118,13 +134,30 @@ class WorkerClock:
     def __init__(self, environment) -> None:
         self.environment = environment
         self.estimator = OffsetEstimator()
+        self.settled = gevent.event.Event()
+        self._settle_by = time.monotonic() + SETTLE_TIMEOUT_S
         environment.llm_clock = self
         environment.runner.register_message(PONG, self._on_pong)
         self._greenlet = gevent.spawn(self._loop)
 
     def master_wall_s(self) -> float:
-        """Now, on the master's clock (Unix s)."""
+        """Now, on the master's clock (Unix s); before the clock has settled, waits for it (at most
+        until :data:`SETTLE_TIMEOUT_S` after this clock's start)."""
+        if not self.settled.is_set():
+            self._wait_settled()
         return local_wall_s() + self.estimator.offset_s
+
+    def _wait_settled(self) -> None:
+        if self.settled.wait(max(0.0, self._settle_by - time.monotonic())):
+            return
+        if not self.settled.is_set():  # the first reader past the deadline says so, once
+            self.settled.set()
+            logger.warning(
+                "the clock exchange with the master did not settle within %.1f s (%s): records are "
+                "placed with the estimate so far (this worker's own clock before any answer)",
+                SETTLE_TIMEOUT_S,
+                self.estimator.describe(),
+            )
 
     def _ping(self) -> None:
         self.environment.runner.send_message(PING, {"t0": local_wall_s(), "estimate": self.estimator.describe()})
@@ -137,6 +170,9 @@ class WorkerClock:
             logger.warning("malformed %s message from the master: %r", PONG, msg.data)
             return
         self.estimator.add(sample)
+        if not self.settled.is_set() and self.estimator.best is not None:
+            if self.estimator.best.delay_s <= SETTLE_DELAY_S or self.estimator.samples >= BURST:
+                self.settled.set()
 
     def _loop(self) -> None:
         for _ in range(BURST):
