@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import gevent
 from locust import LoadTestShape
 from locust.runners import STATE_MISSING
 
@@ -26,6 +27,8 @@ from llm_locust.options import parse_ladder, validate_options
 
 SPAWN_RATE_USERS_PER_S = 1000.0
 """Users started per second at a step change: fast enough that the ramp ends within the warm-up."""
+LOCUST_TICK_S = 1.0
+"""Seconds between two calls of a shape's ``tick`` (Locust's ``Runner.shape_worker`` sleeps 1 s)."""
 
 
 class _RecordingShape(LoadTestShape):
@@ -113,6 +116,10 @@ class LadderSettings:
 class LadderShape(_RecordingShape):
     """Concurrency ladder: hold each of ``--ladder`` (e.g. 1,2,4,8) users for ``--dwell-s`` seconds.
 
+    Step ``k`` begins ``k * dwell_s`` after the test's start, on time: Locust calls :meth:`tick`
+    once a second, so a step change falling between two calls is waited for inside the earlier
+    one (before, the steps were cut on Locust's ticks: a 5 s step held 4-6 s).
+
     The first ``--warmup-s`` seconds of each step are recorded as warm-up; ``analysis/`` leaves
     them out. After the last step, requests still in flight get up to ``--drain-s`` seconds to
     finish (no new ones start), then the test stops by itself.
@@ -134,15 +141,25 @@ class LadderShape(_RecordingShape):
         return self._settings
 
     def tick(self):
+        """The current step's users; a step that begins before Locust's next tick is waited for here
+        and begun on time (each step then lasts ``--dwell-s``, not up to a tick more or less)."""
         settings = self.settings()
         ladder, dwell_s = settings.ladder, settings.dwell_s
         self._regain_lost_users()
         run_time = self.get_run_time()
         index = int(run_time // dwell_s)
+        if index < len(ladder) and (to_next_s := (index + 1) * dwell_s - run_time) < LOCUST_TICK_S:
+            self._wait_s(to_next_s)
+            index, run_time = index + 1, max(self.get_run_time(), (index + 1) * dwell_s)
         if index < len(ladder):
             self._enter_step(index, ladder[index])
             return ladder[index], SPAWN_RATE_USERS_PER_S
         return self._drain(run_time - len(ladder) * dwell_s, settings.drain_s)
+
+    @staticmethod
+    def _wait_s(seconds: float) -> None:
+        """Wait ``seconds`` in the shape's greenlet (the tests advance a fake clock instead)."""
+        gevent.sleep(seconds)
 
     def describe(self) -> dict:
         description = super().describe()

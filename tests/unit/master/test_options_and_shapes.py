@@ -7,6 +7,7 @@ import argparse
 import pytest
 
 from llm_locust.client.prompts import DEFAULT_PROMPTS, load_prompts, prompt_set_sha256
+from llm_locust.master import shapes
 from llm_locust.master.config import parse_labels
 from llm_locust.master.recorder import redact_argv
 from llm_locust.master.shapes import BaselineShape, LadderShape
@@ -28,6 +29,13 @@ def make_shape(shape_class, clock: FakeClock, **options):
         user_count=0,
     )
     shape.get_current_user_count = lambda: shape.runner.user_count
+    shape.waits_s = []
+
+    def wait_s(seconds):
+        shape.waits_s.append(seconds)
+        clock.t += seconds
+
+    shape._wait_s = wait_s
     return shape, total
 
 
@@ -35,10 +43,11 @@ def test_ladder_holds_each_step_then_stops():
     clock = FakeClock()
     shape, _ = make_shape(LadderShape, clock, ladder="1,2,4", dwell_s=10.0, warmup_s=2.0, drain_s=15.0)
     seen = {}
-    for t in [0, 5, 9.9, 10, 19.9, 20, 29.9]:
+    for t in [0, 5, 8.9, 10, 18.9, 20, 28.9]:
         clock.t = t
         seen[t] = shape.tick()[0]
-    assert seen == {0: 1, 5: 1, 9.9: 1, 10: 2, 19.9: 2, 20: 4, 29.9: 4}
+    assert seen == {0: 1, 5: 1, 8.9: 1, 10: 2, 18.9: 2, 20: 4, 28.9: 4}
+    assert shape.waits_s == []  # every change was a tick or more away
     # after the last step: zero users with a graceful stop until the users are gone (drain)
     shape.runner.user_count = 4
     clock.t = 30.0
@@ -53,6 +62,26 @@ def test_ladder_holds_each_step_then_stops():
     assert all(s["end_s"] is not None for s in described["steps"])
     assert described["steps"][0]["end_s"] == described["steps"][1]["start_s"]
     assert (described["dwell_s"], described["warmup_s"], described["kind"]) == (10.0, 2.0, "ladder")
+
+
+def test_ladder_steps_begin_on_time_between_locusts_ticks(monkeypatch):
+    # Locust ticks once a second from 0.3 s on; steps of 2.5 s: the changes at 2.5, 5.0 and 7.5 s
+    # (the drain) fall between ticks and are waited for, not cut on the next tick
+    clock = FakeClock()
+    shape, _ = make_shape(LadderShape, clock, ladder="1,3,5", dwell_s=2.5, warmup_s=1.0, drain_s=5.0)
+    shape.runner.user_count = 5  # still draining at the last ticks
+    origin = 1_000_000.0
+    monkeypatch.setattr(shapes.time, "time", lambda: origin + clock.t)
+    ticks = []
+    for k in range(9):
+        clock.t = max(clock.t, 0.3 + k)
+        ticks.append(shape.tick())
+    users = [tick[0] for tick in ticks]
+    assert users == [1, 1, 3, 3, 5, 5, 5, 0, 0]  # the tick at 2.3 returned 3 at 2.5, ...
+    assert shape.waits_s == pytest.approx([0.2, 0.7, 0.2])  # 2.3 -> 2.5, 4.3 -> 5.0, 7.3 -> 7.5
+    steps = shape.describe()["steps"]
+    assert [s["start_s"] - origin for s in steps] == pytest.approx([0.3, 2.5, 5.0])
+    assert [s["end_s"] - origin for s in steps] == pytest.approx([2.5, 5.0, 7.5])
 
 
 def test_ladder_rejects_warmup_not_shorter_than_dwell():
