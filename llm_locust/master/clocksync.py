@@ -1,16 +1,29 @@
 """The master's side of the clock exchange (:mod:`llm_locust.client.clock`): answer each worker's
 ``llm_clock_ping`` at once with the master's receive and send stamps, and keep the estimate each
-worker reports with its next ping, for ``run.json`` ``clock_offsets``."""
+worker reports with its next ping, for ``run.json`` ``clock_offsets``.
+
+Test hook: env ``LLM_LOCUST_TEST_SLOW_PINGS`` (read only here) has the master take up each
+worker's first N pings :data:`SLOW_PING_S` late, as a master busy at the test's start does: those
+samples' delay is half a second, on the way out only (their offset off by a quarter second).
+"""
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import time
+from collections import Counter
+
+import gevent
 
 from llm_locust.client.clock import PING, PONG
 
 logger = logging.getLogger(__name__)
+
+SLOW_PINGS_ENV = "LLM_LOCUST_TEST_SLOW_PINGS"
+SLOW_PING_S = 0.5
+_SLOW_PINGS = int(os.environ.get(SLOW_PINGS_ENV) or 0)
 
 
 class ClockResponder:
@@ -31,10 +44,18 @@ class ClockResponder:
     def __init__(self, environment) -> None:
         self.environment = environment
         self.estimates: dict[str, dict] = {}
+        self._pings: Counter[str] = Counter()
         environment.llm_clock_responder = self
         environment.runner.register_message(PING, self._on_ping)
 
     def _on_ping(self, environment, msg, **_kwargs) -> None:
+        self._pings[msg.node_id] += 1
+        if self._pings[msg.node_id] <= _SLOW_PINGS:
+            gevent.spawn_later(SLOW_PING_S, self._answer, msg)
+        else:
+            self._answer(msg)
+
+    def _answer(self, msg) -> None:
         t1 = time.time()
         data = msg.data if isinstance(msg.data, dict) else {}
         estimate = data.get("estimate")

@@ -2,7 +2,13 @@
 ``LLM_LOCUST_TEST_CLOCK_SKEW_S``, read only by llm_locust/client/clock.py) against a plain Locust
 master. Each measures its offset over Locust's messages; run.json records offsets within their
 measured uncertainty of the injected ones, every request lies inside the run on the master's
-clock, and the steps and the critical concurrency are those of the server."""
+clock, and the steps and the critical concurrency are those of the server.
+
+The master takes up each worker's first three pings half a second late (env
+``LLM_LOCUST_TEST_SLOW_PINGS``, read only by llm_locust/master/clocksync.py), as a master busy at
+the test's start does: a worker that stamped its first requests before a good answer (offset 0:
+its own clock, 2 s off) put a request into the wrong place (one CI run: 1.11 in flight at the
+one-user step)."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import pytest
 
 from analysis.report.pipeline import analyze_run
 from llm_locust.client.clock import SKEW_ENV
+from llm_locust.master.clocksync import SLOW_PINGS_ENV
 from llm_locust.run.demo import start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
 
@@ -42,7 +49,8 @@ def skewed_run(tmp_path_factory):
             "--expect-workers", str(len(SKEWS_S)), "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),
             "--host", f"http://127.0.0.1:{port}", "--model", "sim-llama", "--ladder", "1,2,4", "--dwell-s", "5",
             "--warmup-s", "1.5", "--max-tokens", "24", "--run-dir", str(run_dir), "--only-summary",
-        ], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+        ], env={**os.environ, SLOW_PINGS_ENV: "3"}, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL)  # fmt: skip
         processes.append(master)
         for index, skew_s in enumerate(SKEWS_S):
             log = open(tmp / f"worker{index}.out", "w")
