@@ -35,3 +35,27 @@ def test_no_line_means_no_run(text):
 def test_a_malformed_line_is_refused(text):
     with pytest.raises(ValueError):
         read_go(io.BytesIO(text))
+
+
+def test_entry_points_are_read_once_and_answered_as_before(monkeypatch):
+    from importlib import metadata
+
+    from llm_locust.run.boot import entry_points_read_once
+
+    original = metadata.entry_points
+    expected = {
+        group: sorted(ep.value for ep in original(group=group)) for group in ("console_scripts", "gevent_plugins")
+    }
+    reads = []
+
+    def counted(**params):
+        reads.append(params)
+        return original(**params)
+
+    monkeypatch.setattr(metadata, "entry_points", counted)
+    with entry_points_read_once():
+        for _ in range(3):
+            result = {group: sorted(ep.value for ep in metadata.entry_points(group=group)) for group in expected}
+            assert result == expected
+        assert reads == [{}]
+    assert metadata.entry_points is counted
