@@ -251,7 +251,7 @@ def check_input_sizing(options) -> str:
 def cmd_run(args: argparse.Namespace, locust_args: list[str]) -> int:
     from llm_locust.run.launcher import BootedLocust
 
-    # the master and the workers import Locust (~0.8 s of CPU each) while this process checks the run;
+    # the master and the workers import Locust (~0.7 s of CPU each) while this process checks the run;
     # they run nothing until run_locust gives them their command lines
     booted = BootedLocust(args.workers, plugin=args.locustfile is None)
     try:

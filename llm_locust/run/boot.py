@@ -14,7 +14,7 @@ object, :func:`go_message`):
 Then it points its standard output and error at the log, its standard input at ``/dev/null``,
 sets ``sys.argv`` and runs ``locust.main.main()``, Locust's own console entry point: from there
 it is the process ``python -m locust ARGV`` would have been, its imports done while the launcher
-checked the run (they were most of the time to the first request: ~0.8 s of CPU per process).
+checked the run (they were most of the time to the first request: ~0.7 s of CPU per process).
 While it imports, the installed packages' entry points are read once (:func:`entry_points_read_once`):
 gevent's ``patch_all`` looks its plugins up 25 times, and each lookup read every package's
 ``entry_points.txt`` (~0.15 s of a process's import).
