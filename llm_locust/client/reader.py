@@ -63,6 +63,17 @@ def _loop_arrival() -> float:
     return now - max(0.0, now_wall - _LOOP.now())
 
 
+def _poll_clocks() -> tuple[float, float, float]:
+    """The clocks once per poll round: ``(now, perf_minus_wall_s, loop_t)``.
+
+    ``now`` is ``time.perf_counter()``; ``perf_minus_wall_s`` converts a wall-clock instant
+    (``time.time`` seconds, as the kernel stamps) to ``time.perf_counter`` seconds by adding it;
+    ``loop_t`` is :func:`_loop_arrival` from the same two clock reads.
+    """
+    now_wall, now = time.time(), time.perf_counter()
+    return now, now - now_wall, now - max(0.0, now_wall - _LOOP.now())
+
+
 def enable_kernel_stamps(raw) -> bool:
     """Ask the kernel to stamp what ``raw`` (an OS socket) receives (``SO_TIMESTAMPNS``); False
     when the platform has no such option or the socket refuses it (the loop's time is used)."""
@@ -75,10 +86,25 @@ def enable_kernel_stamps(raw) -> bool:
     return True
 
 
-def stamped_recv(raw, loop_t: float) -> tuple[bytes, float]:
+def stamped_recv(raw, loop_t: float, now: float | None = None, perf_minus_wall_s: float = 0.0) -> tuple[bytes, float]:
     """``recv`` on the OS socket ``raw`` with the kernel's arrival stamp of the newest bytes read,
     as ``time.perf_counter`` seconds; ``loop_t`` when the kernel sent none (stamps not enabled,
     the peer closed). A stamp later than now (a wall-clock step) is now.
+
+    Parameters
+    ----------
+    raw : socket.socket
+        A non-blocking OS socket.
+    loop_t : float
+        The stamp when the kernel gives none, ``time.perf_counter`` seconds.
+    now, perf_minus_wall_s : float, optional
+        A ``time.perf_counter`` instant read before this ``recv`` and the offset from the wall
+        clock to ``time.perf_counter`` read with it (:func:`_poll_clocks`, once per poll round
+        of :class:`StreamReader`): the stamp is the kernel's wall-clock stamp plus the offset,
+        and the clock is read again only when that is later than ``now`` (to cap it at the
+        instant of the read). The two clocks tick at the same rate (NTP slews both), so this is
+        the stamp that reading both clocks at the ``recv`` gives. Without ``now`` both clocks
+        are read after the ``recv``.
 
     Raises
     ------
@@ -91,8 +117,14 @@ def stamped_recv(raw, loop_t: float) -> tuple[bytes, float]:
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= _TIMESPEC.size:
             seconds, nanoseconds = _TIMESPEC.unpack_from(payload)
-            now_wall, now = time.time(), time.perf_counter()
-            return data, now - max(0.0, now_wall - (seconds + nanoseconds * 1e-9))
+            if now is None:
+                now_wall, now = time.time(), time.perf_counter()
+                perf_minus_wall_s = now - now_wall
+            stamp = seconds + nanoseconds * 1e-9 + perf_minus_wall_s
+            if stamp <= now:
+                return data, stamp
+            # bytes that arrived after ``now`` (or a wall-clock step): no later than the read
+            return data, min(stamp, time.perf_counter())
     return data, loop_t
 
 
@@ -200,7 +232,7 @@ class StreamReader:
         try:
             while streams:
                 hub.wait(watcher)
-                t = _loop_arrival()
+                now, perf_minus_wall_s, t = _poll_clocks()  # one pair of clock reads per round
                 for fd, _ in poll(0):
                     entry = streams.get(fd)
                     if entry is None:
@@ -208,7 +240,7 @@ class StreamReader:
                     raw, consumer, waiter = entry
                     try:
                         try:
-                            data, arrived = stamped_recv(raw, t)
+                            data, arrived = stamped_recv(raw, t, now, perf_minus_wall_s)
                         except BlockingIOError:  # spurious readiness
                             continue
                         except OSError as exc:
