@@ -115,6 +115,11 @@ class SSEDecoder:
         self.pending_bytes = len(buf)
         return events if events is not None else _NO_EVENTS
 
+    def at_event_start(self) -> bool:
+        """Whether the next byte starts a new line of a new event: the stream has started (a BOM,
+        if any, dropped), nothing is held and no CR waits for its LF."""
+        return self._started and not self._buf and not self._cr_pending
+
     def close(self) -> tuple:
         """The body ended: an event still incomplete was cut off and is discarded (no events)."""
         return _NO_EVENTS

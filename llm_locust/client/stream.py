@@ -79,6 +79,9 @@ INF = math.inf
 TEMPLATE_PROBE = b"llm-locust probe"
 """The string body put in place of a token's text to check a stream's template (see
 :meth:`_EventStream._learn`): no quote, backslash or control byte, not empty."""
+_PLAIN_BODY = rb'([^"\\\x00-\x1f]+)'
+"""A JSON string body of bytes that it holds as themselves (no quote, backslash or control byte),
+not empty: the text of a token chunk that a stream's template reads."""
 _NOT_PLAIN = re.compile(rb'["\\\x00-\x1f]').search
 """Finds a byte that a JSON string body cannot hold as itself (quote, backslash: an escape or the
 string's end; a control byte: orjson refuses it)."""
@@ -473,7 +476,7 @@ class _EventStream:
 
     __slots__ = ("out", "parser", "body", "decoder", "interpret", "clock", "first_token", "first_answer",
                  "need_id", "last_event_t", "draining", "reusable", "message_ends", "streamed", "last_t",
-                 "template")  # fmt: skip
+                 "template", "sse", "run", "run_overhead")  # fmt: skip
 
     def __init__(self, parser: HTTPResponse, adapter: Adapter, clock: _Clock, out: Exchange) -> None:
         self.out = out
@@ -496,6 +499,12 @@ class _EventStream:
         )
         """None: not learned yet; False: none (the adapter's text is not opaque, or the first token
         chunk did not fit); else (prefix, suffix, len(prefix), -len(suffix)): see :meth:`_learn`."""
+        self.sse = self.decoder if adapter.framing == "sse" else None
+        self.run = None
+        """With a template: ``findall`` of the template's one-line SSE events in a read's body
+        (see :meth:`_run_of`), else None."""
+        self.run_overhead = 0
+        """Bytes of one such event besides its text."""
 
     def take(self, data: bytes | None, t: float) -> bool:
         """Take one read's bytes (``b""``: the peer closed; None: only what the parser holds).
@@ -618,6 +627,18 @@ class _EventStream:
         if not out.body_bytes:
             out.body_head = bytes(body[:200])
         out.body_bytes += len(body)
+        run = self.run
+        if run is not None and self.sse.at_event_start():  # type: ignore[union-attr]
+            found = run(body)
+            if found and len(body) == len(found) * self.run_overhead + sum(map(len, found)):
+                texts = self._run_texts(found)
+                if texts is not None:  # a read of template token chunks only: what _dispatch gives
+                    del body[:]
+                    out.texts.append(texts)
+                    out.sse_events += len(found)
+                    self.last_event_t = t
+                    self._stamp_tokens(len(found), t)
+                    return None
         framed = self.decoder.feed(body)  # the decoder copies what it keeps
         del body[:]
         if not framed:
@@ -699,6 +720,7 @@ class _EventStream:
                         template = self.template = self._learn(data, payload)
                         if template:
                             prefix, suffix, text_from, text_to = template  # type: ignore[misc]
+                            self._run_of(prefix, suffix)
                     continue
                 if not first_token:
                     first_token = self.first_token = True
@@ -729,19 +751,56 @@ class _EventStream:
                 failure = Failure(ErrorKind.STREAM_ERROR, error, t)
                 break
         if token_events:
-            # the read's token events share its instant: formatted once, stored once
-            t_us = str(int((t - out.t0) * 1e6 + 0.5))
-            token_us = out.token_us
-            token_us.append(t_us if token_events == 1 else " ".join([t_us] * token_events))
-            out.token_events += token_events
-            if len(token_us) >= COMPACT_PIECES:
-                token_us[:] = [" ".join(token_us)]
-            if len(texts) >= COMPACT_PIECES:
-                texts[:] = ["".join(texts)]
+            self._stamp_tokens(token_events, t)
         if n_events:
             out.sse_events += n_events
             self.last_event_t = t
         return failure
+
+    def _stamp_tokens(self, token_events: int, t: float) -> None:
+        """Store the stamp of a read's ``token_events`` token events (their texts are stored) and
+        compact the pieces (:data:`COMPACT_PIECES`)."""
+        out = self.out
+        # the read's token events share its instant: formatted once, stored once
+        t_us = str(int((t - out.t0) * 1e6 + 0.5))
+        token_us = out.token_us
+        token_us.append(t_us if token_events == 1 else " ".join([t_us] * token_events))
+        out.token_events += token_events
+        if len(token_us) >= COMPACT_PIECES:
+            token_us[:] = [" ".join(token_us)]
+        texts = out.texts
+        if len(texts) >= COMPACT_PIECES:
+            texts[:] = ["".join(texts)]
+
+    def _run_of(self, prefix: bytes, suffix: bytes) -> None:
+        """Set :attr:`run` for a learned template, when its events are SSE one-line ones.
+
+        A read's body that is nothing but events ``data: `` + ``prefix + s + suffix`` + LF LF
+        (``s`` a plain string body, :data:`_PLAIN_BODY`) is read with one ``findall`` instead of
+        the SSE decoder and the per-event loop of :meth:`_dispatch`. The matches tile the body
+        exactly when their lengths add up to its length (``findall``'s matches do not overlap);
+        prefix and suffix hold no line end and ``s`` no control byte, so the SSE framing of such
+        a body (the decoder holding nothing) is these events, one data line each, and each is a
+        template hit of :meth:`_dispatch` with text ``s``.
+        """
+        if self.sse is None or b"\n" in prefix + suffix or b"\r" in prefix + suffix:
+            return
+        head = b"data: " + prefix
+        tail = suffix + b"\n\n"
+        self.run = re.compile(re.escape(head) + _PLAIN_BODY + re.escape(tail)).findall
+        self.run_overhead = len(head) + len(tail)
+
+    @staticmethod
+    def _run_texts(found: list[bytes]) -> str | None:
+        """The texts of a run of template hits joined, or None when one is not valid UTF-8 (the
+        per-event way then tells the failure)."""
+        joined = b"".join(found)
+        if joined.isascii():
+            return joined.decode("ascii")
+        try:
+            return "".join([piece.decode() for piece in found])
+        except UnicodeDecodeError:
+            return None
 
     def _learn(self, data: bytes, payload) -> tuple[bytes, bytes, int, int] | bool:
         """The stream's template, from its first token chunk read the common way, or False.

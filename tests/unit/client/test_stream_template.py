@@ -115,3 +115,39 @@ def test_changing_fields_leave_the_template(scripted_server):
     assert "".join(exchange.texts) == "abcd" and exchange.token_events == 4
     assert exchange.running == [1, 2, 3, 4]  # the completion tokens each chunk stated
     assert adapter.calls == len(chunks)
+
+
+def test_reads_of_template_chunks_only_give_what_decoding_gives(scripted_server):
+    # writes of several token chunks each, 20 ms apart (one read each): reads that are nothing but
+    # template chunks (_EventStream._run_of), one with an escape among them, one cut mid-event
+    runs = [["a", "b", "c", "d"], ["é€", "😀", " x"], ["p", 'q"r', "s"], ["t", "u"], ["v", "w"]]
+    first = "".join([sse(chat(role=True)), sse(chat("one")), sse(chat("two"))])
+    writes = [first] + ["".join(sse(chat(t)) for t in run) for run in runs]
+    cut = writes[-1].encode()
+    pieces = [w.encode() for w in writes[:-1]] + [cut[:20], cut[20:], sse(chat("end", finish="stop")).encode(),
+                                                  DONE.encode()]  # fmt: skip
+    url_pieces = [(0.02, piece) for piece in pieces]
+    results = []
+    for opaque in (True, False):
+        url, _ = scripted_server(sse_script(url_pieces))
+        exchange, _ = run_exchange(ConnectionPool(Target(url)), REQUEST, _Counting(opaque=opaque), Limits(), Watchdog())
+        results.append(exchange)
+    fast, slow = results
+    expected = "onetwo" + "".join("".join(run) for run in runs) + "end"
+    for exchange in (fast, slow):
+        assert exchange.failure is None and exchange.done and exchange.finish_reason == "stop"
+        assert "".join(exchange.texts) == expected
+        assert exchange.token_events == len(_stamps(exchange)) == 2 + sum(map(len, runs)) + 1
+        assert exchange.sse_events == 1 + exchange.token_events + 1
+    # each read's token events share one stamp: the same grouping both ways, one group per write
+    # of token chunks (the cut write's two chunks complete in its second read)
+    expected_groups = [2] + [len(run) for run in runs] + [1]
+    for exchange in (fast, slow):
+        stamps = _stamps(exchange)
+        groups = [1]
+        for before, after in zip(stamps, stamps[1:]):
+            if after == before:
+                groups[-1] += 1
+            else:
+                groups.append(1)
+        assert groups == expected_groups
