@@ -79,9 +79,6 @@ INF = math.inf
 TEMPLATE_PROBE = b"llm-locust probe"
 """The string body put in place of a token's text to check a stream's template (see
 :meth:`_EventStream._learn`): no quote, backslash or control byte, not empty."""
-_PLAIN_BODY = rb'([^"\\\x00-\x1f]+)'
-"""A JSON string body of bytes that it holds as themselves (no quote, backslash or control byte),
-not empty: the text of a token chunk that a stream's template reads."""
 _NOT_PLAIN = re.compile(rb'["\\\x00-\x1f]').search
 """Finds a byte that a JSON string body cannot hold as itself (quote, backslash: an escape or the
 string's end; a control byte: orjson refuses it)."""
@@ -476,7 +473,7 @@ class _EventStream:
 
     __slots__ = ("out", "parser", "body", "decoder", "interpret", "clock", "first_token", "first_answer",
                  "need_id", "last_event_t", "draining", "reusable", "message_ends", "streamed", "last_t",
-                 "template", "sse", "run", "run_overhead")  # fmt: skip
+                 "template", "sse", "run_head", "run_tail")  # fmt: skip
 
     def __init__(self, parser: HTTPResponse, adapter: Adapter, clock: _Clock, out: Exchange) -> None:
         self.out = out
@@ -500,11 +497,11 @@ class _EventStream:
         """None: not learned yet; False: none (the adapter's text is not opaque, or the first token
         chunk did not fit); else (prefix, suffix, len(prefix), -len(suffix)): see :meth:`_learn`."""
         self.sse = self.decoder if adapter.framing == "sse" else None
-        self.run = None
-        """With a template: ``findall`` of the template's one-line SSE events in a read's body
-        (see :meth:`_run_of`), else None."""
-        self.run_overhead = 0
-        """Bytes of one such event besides its text."""
+        self.run_head = b""
+        """With a template whose events are one-line SSE ones: ``b"data: " + prefix`` (see
+        :meth:`_run_of`), else empty."""
+        self.run_tail = b""
+        """With such a template: ``suffix + b"\\n\\n"``."""
 
     def take(self, data: bytes | None, t: float) -> bool:
         """Take one read's bytes (``b""``: the peer closed; None: only what the parser holds).
@@ -627,18 +624,16 @@ class _EventStream:
         if not out.body_bytes:
             out.body_head = bytes(body[:200])
         out.body_bytes += len(body)
-        run = self.run
-        if run is not None and self.sse.at_event_start():  # type: ignore[union-attr]
-            found = run(body)
-            if found and len(body) == len(found) * self.run_overhead + sum(map(len, found)):
-                texts = self._run_texts(found)
-                if texts is not None:  # a read of template token chunks only: what _dispatch gives
-                    del body[:]
-                    out.texts.append(texts)
-                    out.sse_events += len(found)
-                    self.last_event_t = t
-                    self._stamp_tokens(len(found), t)
-                    return None
+        tail = self.run_tail
+        if tail and body.endswith(tail) and self.sse.at_event_start():  # type: ignore[union-attr]
+            texts = self._run_texts(body, tail)
+            if texts is not None:  # a read of template token chunks only: what _dispatch gives
+                del body[:]
+                out.texts.append(texts[0])
+                out.sse_events += texts[1]
+                self.last_event_t = t
+                self._stamp_tokens(texts[1], t)
+                return None
         framed = self.decoder.feed(body)  # the decoder copies what it keeps
         del body[:]
         if not framed:
@@ -773,32 +768,45 @@ class _EventStream:
             texts[:] = ["".join(texts)]
 
     def _run_of(self, prefix: bytes, suffix: bytes) -> None:
-        """Set :attr:`run` for a learned template, when its events are SSE one-line ones.
+        """Set :attr:`run_head` and :attr:`run_tail` for a learned template, when its events are
+        SSE one-line ones (prefix and suffix hold no line end).
 
-        A read's body that is nothing but events ``data: `` + ``prefix + s + suffix`` + LF LF
-        (``s`` a plain string body, :data:`_PLAIN_BODY`) is read with one ``findall`` instead of
-        the SSE decoder and the per-event loop of :meth:`_dispatch`. The matches tile the body
-        exactly when their lengths add up to its length (``findall``'s matches do not overlap);
-        prefix and suffix hold no line end and ``s`` no control byte, so the SSE framing of such
-        a body (the decoder holding nothing) is these events, one data line each, and each is a
-        template hit of :meth:`_dispatch` with text ``s``.
+        A read's body that is nothing but events ``run_head + s + run_tail`` (``s`` a plain string
+        body: not empty, no quote, backslash or control byte) is read by :meth:`_run_texts`
+        instead of the SSE decoder and the per-event loop of :meth:`_dispatch`: the SSE framing of
+        such a body (the decoder holding nothing) is these events, one data line each, and each
+        is a template hit of :meth:`_dispatch` with text ``s``.
         """
         if self.sse is None or b"\n" in prefix + suffix or b"\r" in prefix + suffix:
             return
-        head = b"data: " + prefix
-        tail = suffix + b"\n\n"
-        self.run = re.compile(re.escape(head) + _PLAIN_BODY + re.escape(tail)).findall
-        self.run_overhead = len(head) + len(tail)
+        self.run_head = b"data: " + prefix
+        self.run_tail = suffix + b"\n\n"
 
-    @staticmethod
-    def _run_texts(found: list[bytes]) -> str | None:
-        """The texts of a run of template hits joined, or None when one is not valid UTF-8 (the
-        per-event way then tells the failure)."""
+    def _run_texts(self, body: bytearray, tail: bytes) -> tuple[str, int] | None:
+        """The texts of ``body`` joined and their number, when it is nothing but template events
+        (:meth:`_run_of`); else None (the SSE decoder reads it), as when one text is not valid
+        UTF-8 (the per-event way then tells the failure).
+
+        ``body.split(tail)`` cuts it into parts that ``tail.join`` gives back: when the last
+        part is empty and every other one is ``run_head`` and a plain string body, the body is
+        those events.
+        """
+        parts = body.split(tail)
+        parts.pop()  # empty: the body ends with the tail
+        head = self.run_head
+        start = len(head)
+        found = []
+        for part in parts:
+            if len(part) <= start or not part.startswith(head):
+                return None
+            found.append(part[start:])
         joined = b"".join(found)
+        if _NOT_PLAIN(joined):
+            return None
         if joined.isascii():
-            return joined.decode("ascii")
+            return joined.decode("ascii"), len(found)
         try:
-            return "".join([piece.decode() for piece in found])
+            return "".join([piece.decode() for piece in found]), len(found)
         except UnicodeDecodeError:
             return None
 
