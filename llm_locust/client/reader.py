@@ -20,7 +20,10 @@ the instant a greenlet got its turn, but *early* for bytes that arrived between 
 read — on a busy process by milliseconds (one CI run saw a real llama.cpp server's own timings,
 which lie inside the request's real time, exceed the client's E2E by 5 ms with 4 streams in one
 worker: only an early stamp explains that). All instants are
-``time.perf_counter`` seconds.
+``time.perf_counter`` seconds: the kernel's stamp is on the wall clock, and :class:`StreamReader`
+converts every stamp of one poll round with the offset between the two clocks read once at the
+round's start (:func:`_poll_clocks`), reading ``time.perf_counter`` again only to cap a stamp
+later than that start at the instant of its read.
 
 Why own code: gevent has no "many sockets, one greenlet" primitive (its ``select``/``selectors``
 wrappers spawn or wait per call), and the stamp has to be the loop's, which no library gives.

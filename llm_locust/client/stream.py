@@ -514,7 +514,7 @@ class _EventStream:
         """
         parser = self.parser
         if t < self.last_t:  # arrivals are in order: two estimates of the loop's poll instant
-            t = self.last_t  # (reader._loop_arrival) may differ by a fraction of a µs the wrong way
+            t = self.last_t  # (reader._loop_arrival), or two rounds' clock offsets, may differ by a fraction of a µs
         self.last_t = t
         try:
             if data is not None:
