@@ -15,6 +15,13 @@ row count); a worker ships at most a window of records not yet acknowledged and 
 for its next reports (:class:`~llm_locust.master.shipping.RecordShipper`): the queue here is
 bounded by the workers' windows, and an overloaded master slows the record flow, not its loop.
 
+Packed rows: a worker ships its rows as msgpack blobs of :data:`CHUNK_ROWS` rows each
+(:func:`pack_rows`), not as msgpack arrays inside Locust's report: Locust's message loop then
+decodes a report's rows as a few bytes objects (it decoded every cell: a third of the master's
+CPU per record, and seconds without a heartbeat read for a large batch), and the writer decodes
+each chunk just before writing it (:func:`unpack_rows`: tuples, with the cyclic garbage collector
+paused, as the decoded cells can hold no cycle), yielding between chunks as before.
+
 Lag: for every written batch, now minus the latest request end (``t_start_s + e2e_ms``) in it;
 :meth:`RecordIngest.describe` gives the records written, the largest and the last lag, the
 deepest queue and the most records the workers held (``run.json`` ``ingest``).
@@ -24,6 +31,7 @@ Why own code: Locust has no flow control for data riding its reports.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import time
@@ -32,6 +40,7 @@ from collections.abc import Callable
 
 import gevent
 import gevent.event
+import msgpack
 
 from llm_locust.client.record import COLUMN_INDEX
 
@@ -59,6 +68,31 @@ def latest_end_s(rows: list) -> float:
     return latest if latest > -math.inf else math.nan
 
 
+def pack_rows(rows: list) -> list[bytes]:
+    """``rows`` as msgpack blobs of at most :data:`CHUNK_ROWS` rows each (a worker ships these).
+
+    >>> unpack_rows(pack_rows([("a", 1.5, None)])[0])
+    [('a', 1.5, None)]
+    """
+    return [msgpack.packb(rows[i : i + CHUNK_ROWS]) for i in range(0, len(rows), CHUNK_ROWS)]
+
+
+def unpack_rows(blob: bytes) -> list[tuple]:
+    """The rows of one blob of :func:`pack_rows`, as tuples.
+
+    The cyclic garbage collector is paused meanwhile: the cells are numbers, strings and None,
+    which can form no cycle, and its passes over the new tuples cost a third of the decoding.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        rows = msgpack.unpackb(blob, use_list=False)
+    finally:
+        if enabled:
+            gc.enable()
+    return list(rows)
+
+
 class RecordIngest:
     """Queue of record batches from the workers, written by a greenlet (see the module docstring).
 
@@ -80,7 +114,9 @@ class RecordIngest:
     ) -> None:
         self._deliver = deliver
         self._acknowledge = acknowledge
-        self._queue: deque[list] = deque()  # [client_id, rows, csv_text, rows written]
+        self._queue: deque[list] = (
+            deque()
+        )  # [client_id, chunks, csv_text, chunks written, rows said, latest end s, rows written]
         self._queued_rows = 0
         self._ready = gevent.event.Event()
         self._writer: gevent.Greenlet | None = None
@@ -93,15 +129,47 @@ class RecordIngest:
         self.busy_s = 0.0
         self.records_at_test_stop: int | None = None
 
-    def put(self, client_id: str | None, rows: list, csv_text: str | None = None, *, held: int | None = None) -> None:
-        """Queue one worker's batch (returns at once); ``held``: records that worker still holds."""
+    def put(
+        self,
+        client_id: str | None,
+        rows: list,
+        csv_text: str | None = None,
+        *,
+        held: int | None = None,
+        packed: list[bytes] | None = None,
+        packed_rows: int = 0,
+    ) -> None:
+        """Queue one worker's batch (returns at once).
+
+        Parameters
+        ----------
+        client_id : str or None
+            The worker (None: nobody to acknowledge).
+        rows : list of tuple
+            The batch's rows, unless it came ``packed``.
+        csv_text : str or None
+            The batch's ``requests.csv`` lines, when the worker formatted them.
+        held : int, optional
+            Records that worker still holds.
+        packed : list of bytes, optional
+            The batch as :func:`pack_rows` blobs (then ``rows`` is ignored).
+        packed_rows : int
+            How many rows ``packed`` holds, as the worker counted them (acknowledged so; 0: the rows
+            decoded are).
+        """
         if held is not None and client_id is not None:
             self.held_by_worker[client_id] = held
             self.peak_held_records = max(self.peak_held_records, sum(self.held_by_worker.values()))
-        if not rows:
+        if packed:
+            chunks: list = list(packed)
+            count = packed_rows
+        else:
+            chunks = [rows[i : i + CHUNK_ROWS] for i in range(0, len(rows), CHUNK_ROWS)]
+            count = len(rows)
+        if not chunks:
             return
-        self._queue.append([client_id, rows, csv_text, 0])
-        self._queued_rows += len(rows)
+        self._queue.append([client_id, chunks, csv_text, 0, count, -math.inf, 0])
+        self._queued_rows += count
         self.peak_queue_records = max(self.peak_queue_records, self._queued_rows)
         self._ready.set()
         if self._writer is None or self._writer.dead:
@@ -123,26 +191,33 @@ class RecordIngest:
     def _write_one(self, *, yield_between: bool) -> None:
         """Write the oldest batch from where it stopped (a batch cut by :meth:`drain` goes on there)."""
         item = self._queue[0]
-        client_id, rows, csv_text, done = item
-        while done < len(rows):
-            chunk = rows[done : done + CHUNK_ROWS]
+        client_id, chunks, csv_text, done, count, _, _ = item
+        while done < len(chunks):
             # the lines go whole with the first chunk; "" tells the later chunks' sinks they are written
             started = time.perf_counter()
-            self._deliver(chunk, csv_text if done == 0 or csv_text is None else "", len(rows))
+            chunk = chunks[done]
+            rows = unpack_rows(chunk) if isinstance(chunk, bytes) else chunk
+            self._deliver(rows, csv_text if done == 0 or csv_text is None else "", count)
             self.busy_s += time.perf_counter() - started
-            done += len(chunk)
+            chunks[done] = None  # written: its memory goes now, not with the batch
+            done += 1
             item[3] = done
-            self._queued_rows -= len(chunk)
-            self.records += len(chunk)
-            if yield_between and done < len(rows):
+            end_s = latest_end_s(rows)
+            if end_s > item[5]:  # NaN never is
+                item[5] = end_s
+            item[6] += len(rows)
+            self._queued_rows -= len(rows)
+            self.records += len(rows)
+            if yield_between and done < len(chunks):
                 gevent.sleep(0)
         self._queue.popleft()
-        lag_s = time.time() - latest_end_s(rows)
-        if not math.isnan(lag_s):
+        self._queued_rows -= count - item[6]  # a packed batch whose rows were not the count it said
+        lag_s = time.time() - item[5]
+        if math.isfinite(lag_s):
             self.last_lag_s = lag_s
             self.max_lag_s = max(self.max_lag_s, lag_s)
         if client_id is not None and self._acknowledge is not None:
-            self._acknowledge(client_id, len(rows))
+            self._acknowledge(client_id, count or item[6])
         if yield_between:
             gevent.sleep(0)
 
@@ -160,8 +235,8 @@ class RecordIngest:
 
     def describe(self) -> dict:
         """``run.json`` ``ingest``: records written (in all, and when the test began to stop), the
-        writer's busy time (s) and its rate over it (records/s: what this master takes per core
-        for the sinks it has), lag (s), the deepest queue and the most records the workers held."""
+        writer's busy time (s: decoding packed rows and the sinks) and its rate over it
+        (records/s), lag (s), the deepest queue and the most records the workers held."""
         return {
             "records": self.records,
             "records_at_test_stop": self.records_at_test_stop,

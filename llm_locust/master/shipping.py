@@ -5,7 +5,10 @@ event. On a worker, records wait in a buffer and ride the next ``report_to_maste
 the same message that carries Locust's own stats, so ``requests.csv`` and Locust's request
 count agree (the final report, sent when a worker quits, included). On the master,
 ``worker_report`` hands them to a queue written by a greenlet of its own
-(:mod:`llm_locust.master.ingest`); a standalone process hands them over directly.
+(:mod:`llm_locust.master.ingest`); a standalone process hands them over directly. A worker's
+records ride packed (:data:`PACKED_KEY`: msgpack blobs of rows, with their count and latest end),
+so Locust's message loop on the master does not decode their cells: the writer does, chunk by
+chunk.
 
 Backpressure: a worker ships at most :data:`WINDOW_RECORDS` records the master has not yet
 written and holds the rest for its next reports; as the test stops, the master asks every worker
@@ -22,19 +25,29 @@ from __future__ import annotations
 
 import csv
 import logging
+import math
 import time
 from collections.abc import Callable
 
 import gevent.event
 from locust.runners import STATE_INIT, STATE_MISSING, STATE_STOPPED, MasterRunner, WorkerRunner
 
-from llm_locust.master.ingest import INGESTED, RecordIngest
+from llm_locust.master.ingest import INGESTED, RecordIngest, latest_end_s, pack_rows
 from llm_locust.master.rundir import csv_cells
 
 logger = logging.getLogger(__name__)
 
 REPORT_KEY = "llm_records"
-"""Key of the record batch inside a worker report."""
+"""Key of a record batch as rows inside a worker report (what :class:`RowShipper` ships; a
+:class:`RecordShipper` on a worker ships :data:`PACKED_KEY` instead)."""
+PACKED_KEY = "llm_records_packed"
+"""Key of the record batch inside a worker report: msgpack blobs of rows
+(:func:`~llm_locust.master.ingest.pack_rows`), decoded by the master's writer, not by Locust."""
+COUNT_KEY = "llm_records_count"
+"""Key of the number of rows in :data:`PACKED_KEY` in a worker report."""
+LAST_END_KEY = "llm_records_last_end_s"
+"""Key of the latest ``t_start_s + e2e_ms`` of the batch's rows in a worker report (Unix s; None when
+none has one): the master's worker-loss watch reads it without decoding the rows."""
 CSV_KEY = "llm_records_csv"
 """Key of the batch's ``requests.csv`` lines (one string, formatted on the worker) in a worker report."""
 HELD_KEY = "llm_records_held"
@@ -122,7 +135,8 @@ class RecordShipper(RowShipper):
     """Listener set that delivers every request record's row to ``sink`` on the master (or standalone).
 
     On a worker each record becomes a row and its ``requests.csv`` line (formatted here, so the
-    master only appends text: the CSV formatting was most of its cost per record). A report
+    master only appends text: the CSV formatting was most of its cost per record); the rows are
+    shipped packed (:data:`PACKED_KEY`, :func:`~llm_locust.master.ingest.pack_rows`). A report
     carries at most :attr:`window_records` records not yet acknowledged by the master
     (:data:`~llm_locust.master.ingest.INGESTED`) and says how many it holds back
     (:data:`HELD_KEY`); held records go with later reports, all of them once the worker has
@@ -216,8 +230,11 @@ class RecordShipper(RowShipper):
         self._lines.extend(lines)
 
     def _take(self, count: int) -> dict:
-        """Remove the oldest ``count`` held records: their rows and lines, as report data."""
-        data: dict[str, object] = {self.key: self._buffer[:count], CSV_KEY: "".join(self._lines[:count])}
+        """Remove the oldest ``count`` held records: their rows (packed), lines and latest end, as report data."""
+        rows = self._buffer[:count]
+        end_s = latest_end_s(rows)
+        data: dict[str, object] = {PACKED_KEY: pack_rows(rows), COUNT_KEY: count, CSV_KEY: "".join(self._lines[:count]),
+                                   LAST_END_KEY: None if math.isnan(end_s) else end_s}  # fmt: skip
         del self._buffer[:count]
         del self._lines[:count]
         self.in_flight += count
@@ -237,7 +254,7 @@ class RecordShipper(RowShipper):
         data = getattr(msg, "data", None) or {}
         client_id = getattr(msg, "node_id", None)
         assert self.ingest is not None
-        self.ingest.put(client_id, data.get(self.key) or [], data.get(CSV_KEY), held=data.get(HELD_KEY))
+        self._put(client_id, data)
         if client_id is not None:
             self._flushed.add(client_id)
         self._flush_event.set()
@@ -283,8 +300,13 @@ class RecordShipper(RowShipper):
         self.in_flight = max(0, self.in_flight - written)
 
     def _on_worker_report(self, client_id, data) -> None:
+        self._put(client_id, data)
+
+    def _put(self, client_id: str | None, data: dict) -> None:
+        """Queue a report's batch: packed (:data:`PACKED_KEY`) or as rows (:data:`REPORT_KEY`)."""
         assert self.ingest is not None
-        self.ingest.put(client_id, data.get(self.key) or [], data.get(CSV_KEY), held=data.get(HELD_KEY))
+        self.ingest.put(client_id, data.get(self.key) or [], data.get(CSV_KEY), held=data.get(HELD_KEY),
+                        packed=data.get(PACKED_KEY), packed_rows=int(data.get(COUNT_KEY) or 0))  # fmt: skip
 
     def _deliver_chunk(self, rows: list, csv_text: str | None, batch_rows: int) -> None:
         if csv_text is not None and self._csv_sink is not None:

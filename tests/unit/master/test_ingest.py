@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import time
 from argparse import Namespace
 from types import SimpleNamespace
 
@@ -14,8 +15,8 @@ from locust.runners import STATE_RUNNING, STATE_STOPPED, WorkerRunner
 
 from llm_locust.client.record import RequestRecord
 from llm_locust.master import ingest as ingest_module
-from llm_locust.master.ingest import RecordIngest, latest_end_s
-from llm_locust.master.shipping import CSV_KEY, HELD_KEY, REPORT_KEY, RecordShipper
+from llm_locust.master.ingest import RecordIngest, latest_end_s, pack_rows, unpack_rows
+from llm_locust.master.shipping import COUNT_KEY, CSV_KEY, HELD_KEY, LAST_END_KEY, PACKED_KEY, RecordShipper
 
 
 def _row(i: int, end_s: float = 100.0) -> tuple:
@@ -75,6 +76,25 @@ def test_drain_finishes_a_batch_cut_between_chunks_without_repeating_rows(monkey
     assert intake.describe()["records"] == 12
 
 
+def test_a_packed_batch_is_decoded_chunk_by_chunk_as_tuples_acknowledged_with_its_count(monkeypatch):
+    monkeypatch.setattr(ingest_module, "CHUNK_ROWS", 3)
+    written, acks = [], []
+    intake = RecordIngest(lambda rows, text, batch: written.append((rows, text, batch)),
+                          lambda client, n: acks.append((client, n)))  # fmt: skip
+    rows = [RequestRecord(request_id=f"r{i}", worker_id="w1", name="chat", t_start_s=10.0 + i, e2e_ms=500.0).to_row()
+            for i in range(7)]  # fmt: skip
+    blobs = pack_rows(rows)
+    assert len(blobs) == 3
+    intake.put("w1", [], "lines", held=0, packed=blobs, packed_rows=7)
+    assert intake.queued_records == 7
+    intake.drain()
+    assert [len(chunk) for chunk, _, _ in written] == [3, 3, 1]
+    assert repr([row for chunk, _, _ in written for row in chunk]) == repr(rows)
+    assert [text for _, text, _ in written] == ["lines", "", ""] and {batch for _, _, batch in written} == {7}
+    assert acks == [("w1", 7)] and intake.records == 7 and intake.queued_records == 0
+    assert time.time() - 16.5 - 1.0 < intake.describe()["last_lag_s"] <= time.time() - 16.5  # from the latest end
+
+
 class _Client:
     def __init__(self) -> None:
         self.sent = []
@@ -114,6 +134,13 @@ def _csv_lines(rows: list[tuple]) -> str:
     return out.getvalue()
 
 
+def _shipped(data: dict) -> str:
+    """The rows of a report's packed batch, as ``repr`` (NaN cells compare equal so), checked against its count."""
+    rows = [row for blob in data[PACKED_KEY] for row in unpack_rows(blob)]
+    assert data[COUNT_KEY] == len(rows)
+    return repr(rows)
+
+
 def test_a_worker_ships_at_most_its_window_until_acknowledged_then_everything_once_stopped():
     environment, shipper = _worker(window=3)
     rows = _fire(environment, 10)
@@ -124,14 +151,15 @@ def test_a_worker_ships_at_most_its_window_until_acknowledged_then_everything_on
         return data
 
     first = report()
-    assert first[REPORT_KEY] == rows[:3] and first[HELD_KEY] == 7
+    assert _shipped(first) == repr(rows[:3]) and first[HELD_KEY] == 7
     assert first[CSV_KEY] == _csv_lines(rows[:3])  # the lines requests.csv gets, NaN empty, quotes doubled
-    assert report()[REPORT_KEY] == []  # nothing acknowledged yet: all held
+    assert first[LAST_END_KEY] == 3.5 + 0.01225
+    assert _shipped(report()) == "[]"  # nothing acknowledged yet: all held
     environment.runner.custom_messages["llm_records_ingested"][0](environment=environment,
                                                                   msg=SimpleNamespace(data=2))  # fmt: skip
     second = report()
-    assert second[REPORT_KEY] == rows[3:5] and second[HELD_KEY] == 5
+    assert _shipped(second) == repr(rows[3:5]) and second[HELD_KEY] == 5
     environment.runner.state = STATE_STOPPED  # the last report (on quit) takes everything
     last = report()
-    assert last[REPORT_KEY] == rows[5:] and last[HELD_KEY] == 0 and last[CSV_KEY] == _csv_lines(rows[5:])
+    assert _shipped(last) == repr(rows[5:]) and last[HELD_KEY] == 0 and last[CSV_KEY] == _csv_lines(rows[5:])
     assert shipper.held == 0

@@ -18,7 +18,7 @@ from analysis.faults import outages
 from llm_locust.client.record import RequestRecord
 from llm_locust.master.clientreport import ClientReport, format_summary
 from llm_locust.master.shapes import LadderShape
-from llm_locust.master.shipping import REPORT_KEY
+from llm_locust.master.shipping import LAST_END_KEY, REPORT_KEY
 from llm_locust.master.workerloss import WorkerLossWatch
 
 
@@ -53,6 +53,17 @@ def test_a_missing_worker_is_recorded_once_with_its_last_heartbeat_and_record():
     [loss] = watch.losses()
     assert loss == {"worker": "w1", "lost_at_s": now + 0.5, "last_record_s": pytest.approx(now - 4.0)}
     assert now <= watch.last_report_s["w1"] <= time.time()
+
+
+def test_a_packed_batch_gives_its_last_record_from_the_end_its_worker_read():
+    environment, clients = master_with("w1")
+    watch = WorkerLossWatch(environment)
+    environment.events.worker_report.fire(client_id="w1", data={LAST_END_KEY: 480.5})
+    environment.events.worker_report.fire(client_id="w1", data={LAST_END_KEY: None})  # a batch without ends
+    clients["w1"].state = STATE_MISSING
+    watch.check()
+    [loss] = watch.losses()
+    assert loss["last_record_s"] == 480.5
 
 
 def test_a_worker_lost_before_shipping_anything_has_no_last_record():
