@@ -100,7 +100,7 @@ class RecordIngest:
     ----------
     deliver : callable(rows, csv_text, batch_rows) -> None
         Writes one chunk: its rows (tuples in ``requests.csv`` column order) and, when the worker
-        formatted them, the whole batch's ``requests.csv`` lines with its first chunk and "" with
+        formatted them, the whole batch's ``requests.csv`` lines (UTF-8 bytes, or str) with its first chunk and "" with
         the others (None when it did not), and the batch's row count. Called from the writer
         greenlet, or from :meth:`drain`.
     acknowledge : callable(client_id, rows) -> None, optional
@@ -109,7 +109,7 @@ class RecordIngest:
 
     def __init__(
         self,
-        deliver: Callable[[list, str | None, int], None],
+        deliver: Callable[[list, bytes | str | None, int], None],
         acknowledge: Callable[[str, int], None] | None = None,
     ) -> None:
         self._deliver = deliver
@@ -133,7 +133,7 @@ class RecordIngest:
         self,
         client_id: str | None,
         rows: list,
-        csv_text: str | None = None,
+        csv_text: bytes | str | None = None,
         *,
         held: int | None = None,
         packed: list[bytes] | None = None,
@@ -147,8 +147,8 @@ class RecordIngest:
             The worker (None: nobody to acknowledge).
         rows : list of tuple
             The batch's rows, unless it came ``packed``.
-        csv_text : str or None
-            The batch's ``requests.csv`` lines, when the worker formatted them.
+        csv_text : bytes, str or None
+            The batch's ``requests.csv`` lines (UTF-8 bytes or str), when the worker formatted them.
         held : int, optional
             Records that worker still holds.
         packed : list of bytes, optional

@@ -160,7 +160,7 @@ class RunRecorder:
         assert self.client_report is not None
         self.client_report.add_rows(rows)
 
-    def _write_requests_text(self, text: str, rows: int) -> None:
+    def _write_requests_text(self, text: bytes | str, rows: int) -> None:
         if self.run_dir is None:
             logger.error("records arrived before test_start; %d rows not written", rows)
             return

@@ -84,11 +84,16 @@ class CsvAppender:
         self._file.flush()
         self.rows_written += len(rows)
 
-    def write_text(self, text: str, rows: int) -> None:
+    def write_text(self, text: bytes | str, rows: int) -> None:
         """Append ``rows`` rows already formatted as CSV lines (by :func:`csv_cells` and
-        :func:`csv.writer`, each ending with a line break), then flush."""
-        self._file.write(text)
-        self._file.flush()
+        :func:`csv.writer`, each ending with a line break), then flush. ``bytes`` are UTF-8 and go
+        to the file's buffer as they are (the text layer is flushed after every write here)."""
+        if isinstance(text, bytes):
+            self._file.buffer.write(text)
+            self._file.buffer.flush()
+        else:
+            self._file.write(text)
+            self._file.flush()
         self.rows_written += rows
 
     def close(self) -> None:

@@ -49,7 +49,9 @@ LAST_END_KEY = "llm_records_last_end_s"
 """Key of the latest ``t_start_s + e2e_ms`` of the batch's rows in a worker report (Unix s; None when
 none has one): the master's worker-loss watch reads it without decoding the rows."""
 CSV_KEY = "llm_records_csv"
-"""Key of the batch's ``requests.csv`` lines (one string, formatted on the worker) in a worker report."""
+"""Key of the batch's ``requests.csv`` lines in a worker report: formatted on the worker, as one
+UTF-8 ``bytes`` (the master appends them as they are: no decoding by Locust, no encoding by the
+file); a ``str`` is taken too."""
 HELD_KEY = "llm_records_held"
 """Key of the number of records the worker holds back (not yet shipped) in a worker report."""
 FLUSH = "llm_records_flush"
@@ -151,7 +153,7 @@ class RecordShipper(RowShipper):
     sink : callable(list of tuple) -> None, optional
         Receives batches of rows (:meth:`RequestRecord.to_row`). Required on a master or
         standalone process (here or through :meth:`add_sink`), ignored on a worker.
-    csv_sink : callable(str, int) -> None, optional
+    csv_sink : callable(bytes or str, int) -> None, optional
         On the master: receives a batch's ``requests.csv`` lines as formatted by the worker and
         the number of rows, instead of ``sink`` (which still gets batches that came without).
     window_records : int
@@ -164,7 +166,7 @@ class RecordShipper(RowShipper):
         environment,
         sink: Callable[[list[tuple]], None] | None,
         *,
-        csv_sink: Callable[[str, int], None] | None = None,
+        csv_sink: Callable[[bytes | str, int], None] | None = None,
         window_records: int = WINDOW_RECORDS,
     ) -> None:
         super().__init__(environment, REPORT_KEY, sink)
@@ -233,7 +235,7 @@ class RecordShipper(RowShipper):
         """Remove the oldest ``count`` held records: their rows (packed), lines and latest end, as report data."""
         rows = self._buffer[:count]
         end_s = latest_end_s(rows)
-        data: dict[str, object] = {PACKED_KEY: pack_rows(rows), COUNT_KEY: count, CSV_KEY: "".join(self._lines[:count]),
+        data: dict[str, object] = {PACKED_KEY: pack_rows(rows), COUNT_KEY: count, CSV_KEY: "".join(self._lines[:count]).encode("utf-8"),
                                    LAST_END_KEY: None if math.isnan(end_s) else end_s}  # fmt: skip
         del self._buffer[:count]
         del self._lines[:count]
@@ -308,7 +310,7 @@ class RecordShipper(RowShipper):
         self.ingest.put(client_id, data.get(self.key) or [], data.get(CSV_KEY), held=data.get(HELD_KEY),
                         packed=data.get(PACKED_KEY), packed_rows=int(data.get(COUNT_KEY) or 0))  # fmt: skip
 
-    def _deliver_chunk(self, rows: list, csv_text: str | None, batch_rows: int) -> None:
+    def _deliver_chunk(self, rows: list, csv_text: bytes | str | None, batch_rows: int) -> None:
         if csv_text is not None and self._csv_sink is not None:
             if csv_text:
                 self._csv_sink(csv_text, batch_rows)

@@ -16,6 +16,7 @@ from locust.runners import STATE_RUNNING, STATE_STOPPED, WorkerRunner
 from llm_locust.client.record import RequestRecord
 from llm_locust.master import ingest as ingest_module
 from llm_locust.master.ingest import RecordIngest, latest_end_s, pack_rows, unpack_rows
+from llm_locust.master.rundir import CsvAppender
 from llm_locust.master.shipping import COUNT_KEY, CSV_KEY, HELD_KEY, LAST_END_KEY, PACKED_KEY, RecordShipper
 
 
@@ -152,7 +153,7 @@ def test_a_worker_ships_at_most_its_window_until_acknowledged_then_everything_on
 
     first = report()
     assert _shipped(first) == repr(rows[:3]) and first[HELD_KEY] == 7
-    assert first[CSV_KEY] == _csv_lines(rows[:3])  # the lines requests.csv gets, NaN empty, quotes doubled
+    assert first[CSV_KEY] == _csv_lines(rows[:3]).encode()  # the lines requests.csv gets, NaN empty, quotes doubled
     assert first[LAST_END_KEY] == 3.5 + 0.01225
     assert _shipped(report()) == "[]"  # nothing acknowledged yet: all held
     environment.runner.custom_messages["llm_records_ingested"][0](environment=environment,
@@ -161,5 +162,17 @@ def test_a_worker_ships_at_most_its_window_until_acknowledged_then_everything_on
     assert _shipped(second) == repr(rows[3:5]) and second[HELD_KEY] == 5
     environment.runner.state = STATE_STOPPED  # the last report (on quit) takes everything
     last = report()
-    assert _shipped(last) == repr(rows[5:]) and last[HELD_KEY] == 0 and last[CSV_KEY] == _csv_lines(rows[5:])
+    assert _shipped(last) == repr(rows[5:]) and last[HELD_KEY] == 0 and last[CSV_KEY] == _csv_lines(rows[5:]).encode()
     assert shipper.held == 0
+
+
+def test_the_appender_takes_a_workers_lines_as_bytes_or_str_in_order(tmp_path):
+    path = tmp_path / "requests.csv"
+    appender = CsvAppender(path, ("a", "b"))
+    appender.write_rows([(1, "x")])
+    appender.write_text('2,"é, y"\r\n'.encode(), 1)
+    appender.write_text("3,z\r\n", 1)
+    appender.write_rows([(4, math.nan)])
+    appender.close()
+    assert path.read_bytes() == 'a,b\r\n1,x\r\n2,"é, y"\r\n3,z\r\n4,\r\n'.encode()
+    assert appender.rows_written == 4
