@@ -35,15 +35,12 @@ def test_critical_concurrency_is_the_batch_ceiling(vllm_ladder_run):
     assert result.critical.users == MAX_NUM_SEQS, "\n".join(result.critical.evidence)
     for c in LADDER:
         expected_running = min(c, MAX_NUM_SEQS)
-        if c < 2 * MAX_NUM_SEQS:
-            # below the ceiling the gauge misses each request's moments outside the engine (HTTP,
-            # tokenizing, the next request not yet admitted), and a 1-Hz scrape can land on them
-            # in phase: one CI run (the machine starved by the llama.cpp build, TTFT p50 232 ms at
-            # one user) read 0.89 at 1 user and 1.56 at 2, every request ending 0.1 s before a
-            # scrape (4.0-s requests), with 2.00 in flight; bounded so that no batching reads wrong
-            assert 0.7 * expected_running <= table.loc[c, "server_running"] <= 1.2 * expected_running, table
-        else:  # at the ceiling with a queue, the engine always holds a full batch
-            assert table.loc[c, "server_running"] == pytest.approx(expected_running, rel=0.2), table
+        # the gauge misses each request's moments outside the engine (HTTP, tokenizing, the next
+        # request not yet admitted), and a 1-Hz scrape can land on them in phase: two runs of
+        # 3 Dec 2026 read 0.89 / 1.56 / 1.89 / 2.00 and 0.89 / 1.78 / 1.78 / 2.00 at 1 / 2 / 4 / 8
+        # users with 1 / 2 / 4 / 8 in flight (every 4.0-s request ending just before a scrape).
+        # Bounded so that a step without batching (1 at 2 users) or past the ceiling (> 2.4) fails
+        assert 0.7 * expected_running <= table.loc[c, "server_running"] <= 1.2 * expected_running, table
         if c <= MAX_NUM_SEQS:
             assert table.loc[c, "server_waiting"] < 0.5, table
     assert table.loc[4, "server_waiting"] > 1.0, table
