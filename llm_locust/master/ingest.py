@@ -114,9 +114,8 @@ class RecordIngest:
     ) -> None:
         self._deliver = deliver
         self._acknowledge = acknowledge
-        self._queue: deque[list] = (
-            deque()
-        )  # [client_id, chunks, csv_text, chunks written, rows said, latest end s, rows written]
+        # [client_id, chunks, csv_text, chunks written, rows said, latest end s, rows written, end known]
+        self._queue: deque[list] = deque()
         self._queued_rows = 0
         self._ready = gevent.event.Event()
         self._writer: gevent.Greenlet | None = None
@@ -138,6 +137,7 @@ class RecordIngest:
         held: int | None = None,
         packed: list[bytes] | None = None,
         packed_rows: int = 0,
+        last_end_s: float | None = None,
     ) -> None:
         """Queue one worker's batch (returns at once).
 
@@ -156,6 +156,9 @@ class RecordIngest:
         packed_rows : int
             How many rows ``packed`` holds, as the worker counted them (acknowledged so; 0: the rows
             decoded are).
+        last_end_s : float, optional
+            The batch's latest request end as the worker computed it (:func:`latest_end_s`, Unix
+            s): the lag is taken from it, not recomputed from the rows here.
         """
         if held is not None and client_id is not None:
             self.held_by_worker[client_id] = held
@@ -168,7 +171,8 @@ class RecordIngest:
             count = len(rows)
         if not chunks:
             return
-        self._queue.append([client_id, chunks, csv_text, 0, count, -math.inf, 0])
+        known = last_end_s is not None and math.isfinite(last_end_s)
+        self._queue.append([client_id, chunks, csv_text, 0, count, last_end_s if known else -math.inf, 0, known])
         self._queued_rows += count
         self.peak_queue_records = max(self.peak_queue_records, self._queued_rows)
         self._ready.set()
@@ -191,7 +195,7 @@ class RecordIngest:
     def _write_one(self, *, yield_between: bool) -> None:
         """Write the oldest batch from where it stopped (a batch cut by :meth:`drain` goes on there)."""
         item = self._queue[0]
-        client_id, chunks, csv_text, done, count, _, _ = item
+        client_id, chunks, csv_text, done, count, _, _, end_known = item
         while done < len(chunks):
             # the lines go whole with the first chunk; "" tells the later chunks' sinks they are written
             started = time.perf_counter()
@@ -202,8 +206,7 @@ class RecordIngest:
             chunks[done] = None  # written: its memory goes now, not with the batch
             done += 1
             item[3] = done
-            end_s = latest_end_s(rows)
-            if end_s > item[5]:  # NaN never is
+            if not end_known and (end_s := latest_end_s(rows)) > item[5]:  # NaN never is
                 item[5] = end_s
             item[6] += len(rows)
             self._queued_rows -= len(rows)

@@ -308,7 +308,8 @@ class RecordShipper(RowShipper):
         """Queue a report's batch: packed (:data:`PACKED_KEY`) or as rows (:data:`REPORT_KEY`)."""
         assert self.ingest is not None
         self.ingest.put(client_id, data.get(self.key) or [], data.get(CSV_KEY), held=data.get(HELD_KEY),
-                        packed=data.get(PACKED_KEY), packed_rows=int(data.get(COUNT_KEY) or 0))  # fmt: skip
+                        packed=data.get(PACKED_KEY), packed_rows=int(data.get(COUNT_KEY) or 0),
+                        last_end_s=last_end if isinstance(last_end := data.get(LAST_END_KEY), float | int) else None)  # fmt: skip
 
     def _deliver_chunk(self, rows: list, csv_text: bytes | str | None, batch_rows: int) -> None:
         if csv_text is not None and self._csv_sink is not None:
