@@ -26,14 +26,14 @@ loaded machine: a +2 s worker's first request placed 2 s late added 0.5 s of in-
 the one-user step. Written here and not taken from an NTP library because the exchange must run
 over the connection Locust already has (no other port between load machines and master).
 
-Test hook: env ``LLM_LOCUST_TEST_CLOCK_SKEW_S`` adds that many seconds to this process's wall
-clock (:func:`local_wall_s`, every wall-clock read of a worker), as if its host's clock were off.
+Both sides read their clocks with :func:`llm_locust.wallclock.local_wall_s` (the wall clock at
+start carried on by the monotonic clock), so a step of either host's OS clock in mid-run changes
+no offset; its test hook ``LLM_LOCUST_TEST_CLOCK_SKEW_S`` sets a host's clock off.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -41,11 +41,12 @@ from dataclasses import dataclass
 import gevent
 import gevent.event
 
+from llm_locust.wallclock import local_wall_s
+
 logger = logging.getLogger(__name__)
 
 PING = "llm_clock_ping"
 PONG = "llm_clock_pong"
-SKEW_ENV = "LLM_LOCUST_TEST_CLOCK_SKEW_S"
 BURST = 8
 """Pings sent at start, :data:`BURST_GAP_S` apart."""
 BURST_GAP_S = 0.1
@@ -57,13 +58,6 @@ SETTLE_DELAY_S = 0.1
 SETTLE_TIMEOUT_S = 2.0
 """Longest a read of the master's clock waits for the clock to settle, s from the worker's start;
 past it the estimate so far is used (the worker's own clock before any answer) and a warning says so."""
-
-_SKEW_S = float(os.environ.get(SKEW_ENV) or 0.0)
-
-
-def local_wall_s() -> float:
-    """This process's wall clock, Unix s (plus the test skew of :data:`SKEW_ENV`, normally 0)."""
-    return time.time() + _SKEW_S
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,10 @@ RECV_BYTES = 65536
 
 _PLAIN_SOCKET = gevent.socket.socket  # what ConnectionPool opens for http:// (gevent's)
 _LOOP = gevent.get_hub().loop
-_LOOP_TIME_IS_WALL = abs(_LOOP.now() - time.time()) < 60.0  # libev: wall clock; libuv: not
+_REALTIME = time.CLOCK_REALTIME
+"""The clock of the kernel's receive stamps and of libev's loop time, read as such (not through
+``time.time``: this is the OS clock of the moment, steps included, which the conversion needs)."""
+_LOOP_TIME_IS_WALL = abs(_LOOP.now() - time.clock_gettime(_REALTIME)) < 60.0  # libev: wall clock; libuv: not
 _epoll = gevent.monkey.get_original("select", "epoll") if hasattr(select, "EPOLLIN") else None
 _EPOLLIN = getattr(select, "EPOLLIN", 1)
 # Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS; 35 on every Linux architecture but a few old ones
@@ -62,18 +65,18 @@ _ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SP
 
 def _loop_arrival() -> float:
     """When the event loop's last poll returned, as ``time.perf_counter`` seconds."""
-    now_wall, now = time.time(), time.perf_counter()
+    now_wall, now = time.clock_gettime(_REALTIME), time.perf_counter()
     return now - max(0.0, now_wall - _LOOP.now())
 
 
 def _poll_clocks() -> tuple[float, float, float]:
     """The clocks once per poll round: ``(now, perf_minus_wall_s, loop_t)``.
 
-    ``now`` is ``time.perf_counter()``; ``perf_minus_wall_s`` converts a wall-clock instant
-    (``time.time`` seconds, as the kernel stamps) to ``time.perf_counter`` seconds by adding it;
+    ``now`` is ``time.perf_counter()``; ``perf_minus_wall_s`` converts an OS wall-clock instant
+    (``CLOCK_REALTIME`` seconds, as the kernel stamps) to ``time.perf_counter`` seconds by adding it;
     ``loop_t`` is :func:`_loop_arrival` from the same two clock reads.
     """
-    now_wall, now = time.time(), time.perf_counter()
+    now_wall, now = time.clock_gettime(_REALTIME), time.perf_counter()
     return now, now - now_wall, now - max(0.0, now_wall - _LOOP.now())
 
 
@@ -121,7 +124,7 @@ def stamped_recv(raw, loop_t: float, now: float | None = None, perf_minus_wall_s
         if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= _TIMESPEC.size:
             seconds, nanoseconds = _TIMESPEC.unpack_from(payload)
             if now is None:
-                now_wall, now = time.time(), time.perf_counter()
+                now_wall, now = time.clock_gettime(_REALTIME), time.perf_counter()
                 perf_minus_wall_s = now - now_wall
             stamp = seconds + nanoseconds * 1e-9 + perf_minus_wall_s
             if stamp <= now:

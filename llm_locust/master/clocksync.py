@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-import time
 from collections import Counter
 
 import gevent
 
 from llm_locust.client.clock import PING, PONG
+from llm_locust.wallclock import local_wall_s
 
 logger = logging.getLogger(__name__)
 
@@ -56,13 +56,13 @@ class ClockResponder:
             self._answer(msg)
 
     def _answer(self, msg) -> None:
-        t1 = time.time()
+        t1 = local_wall_s()
         data = msg.data if isinstance(msg.data, dict) else {}
         estimate = data.get("estimate")
         if isinstance(estimate, dict) and _finite(estimate.get("offset_s")) and _finite(estimate.get("uncertainty_s")):
             self.estimates[msg.node_id] = estimate
         self.environment.runner.send_message(
-            PONG, {"t0": data.get("t0"), "t1": t1, "t2": time.time()}, client_id=msg.node_id
+            PONG, {"t0": data.get("t0"), "t1": t1, "t2": local_wall_s()}, client_id=msg.node_id
         )
 
     def describe(self) -> list[dict]:

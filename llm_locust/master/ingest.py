@@ -43,6 +43,7 @@ import gevent.event
 import msgpack
 
 from llm_locust.client.record import COLUMN_INDEX
+from llm_locust.wallclock import local_wall_s
 
 logger = logging.getLogger(__name__)
 
@@ -215,7 +216,7 @@ class RecordIngest:
                 gevent.sleep(0)
         self._queue.popleft()
         self._queued_rows -= count - item[6]  # a packed batch whose rows were not the count it said
-        lag_s = time.time() - item[5]
+        lag_s = local_wall_s() - item[5]
         if math.isfinite(lag_s):
             self.last_lag_s = lag_s
             self.max_lag_s = max(self.max_lag_s, lag_s)

@@ -27,6 +27,7 @@ import gevent
 
 from llm_locust.master.logfollow import POLL_S, READ_CHUNK_BYTES, LogFollower
 from llm_locust.options import parse_log_command
+from llm_locust.wallclock import local_wall_s
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class CommandLogFollower(LogFollower):
             ):
                 self._backlog = False  # the first burst is over: what comes next is new
             return 0
-        t_s = time.time()
+        t_s = local_wall_s()
         self._last_data_mono = time.monotonic()
         if not self._first_data_mono:
             self._first_data_mono = self._last_data_mono

@@ -20,6 +20,7 @@ from pathlib import Path
 import gevent
 
 from analysis.schema import SERVER_LOG, SERVER_LOG_STAMPS, STAMP_COLUMNS
+from llm_locust.wallclock import local_wall_s
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class LogFollower:
         except OSError as exc:
             logger.warning("server log %s: last read failed: %s", self.source, exc)
         if self._partial:
-            self._write(self._partial + b"\n", time.time())
+            self._write(self._partial + b"\n", local_wall_s())
             self._partial = b""
         for handle in (self._in, self._out, self._stamps_file):
             if handle is not None:
@@ -118,7 +119,7 @@ class LogFollower:
         except FileNotFoundError:
             pass  # removed: keep reading the open handle until it is replaced
         data = self._in.read(READ_CHUNK_BYTES)
-        t_s = time.time()
+        t_s = local_wall_s()
         if not data:
             self._backlog = False
             return 0
@@ -134,7 +135,7 @@ class LogFollower:
 
     def _flush_partial(self) -> None:
         if self._partial:
-            self._write(self._partial + b"\n", time.time())
+            self._write(self._partial + b"\n", local_wall_s())
             self._partial = b""
 
     def _write(self, chunk: bytes, t_s: float) -> None:

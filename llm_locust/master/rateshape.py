@@ -24,7 +24,6 @@ then shows the achieved rate below the requested one).
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +31,7 @@ from llm_locust.client.rateuser import PLAN_MESSAGE
 from llm_locust.client.schedule import RatePlan
 from llm_locust.master.shapes import SPAWN_RATE_USERS_PER_S, _RecordingShape
 from llm_locust.options import rate_ladder, validate_options
+from llm_locust.wallclock import local_wall_s
 
 LEAD_S = 1.0
 """Seconds between the plans being sent and the first scheduled send."""
@@ -134,14 +134,14 @@ class RateShape(_RecordingShape):
         settings = self.settings()
         self._regain_lost_users()
         if self._t0_s is None:
-            now = time.time()
+            now = local_wall_s()
             if self._first_tick_s is None:
                 self._first_tick_s = now
             if self.get_current_user_count() < settings.max_users and now - self._first_tick_s < SPAWN_WAIT_S:
                 return settings.max_users, SPAWN_RATE_USERS_PER_S  # the pool is still starting
             self._t0_s = now + LEAD_S
             self._send_plans(self._t0_s)
-        now = time.time()
+        now = local_wall_s()
         index = int((now - self._t0_s) // settings.dwell_s)
         rates = settings.rates_rps
         if index < len(rates):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import platform
 import sys
-import time
 from pathlib import Path
 
 import gevent
@@ -45,6 +44,7 @@ from llm_locust.master.workerloss import WorkerLossWatch, install_process_report
 from llm_locust.master.workerwait import wait_for_workers
 from llm_locust.options import add_options, validate_options
 from llm_locust.preload import preload_modules
+from llm_locust.wallclock import local_wall_s
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class RunRecorder:
             except Exception as exc:  # the run goes on; run.json just lacks the name
                 logger.warning("could not ask the server for its model name: %s", exc)
         self.meta = {
-            "started_at_s": time.time(),
+            "started_at_s": local_wall_s(),
             "ended_at_s": None,
             "command_line": redact_argv(sys.argv, config.api_key),
             "host": environment.host,
@@ -295,7 +295,7 @@ class RunRecorder:
             self.capture.stop()
         if self.worker_loss is not None:
             self.worker_loss.stop()
-        self.meta["ended_at_s"] = time.time()
+        self.meta["ended_at_s"] = local_wall_s()
         self._refresh_meta()
 
     def _log_scrapes(self) -> None:

@@ -36,6 +36,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from analysis.schema import ScrapeErrorKind  # server_scrapes.csv: defined with the run directory
+from llm_locust.wallclock import local_wall_s
 
 logger = logging.getLogger(__name__)
 
@@ -298,7 +299,7 @@ class MetricsScraper:
     def scrape(self, url: str) -> ScrapeOutcome:
         """Scrape ``url`` once: rows to the sinks, the outcome to ``outcome_sink``; never raises
         for anything the endpoint sends."""
-        t_s, started = time.time(), time.perf_counter()
+        t_s, started = local_wall_s(), time.perf_counter()
         status, n_bytes, rows = None, 0, None
         try:
             status, body = fetch_body(url, headers=self.headers, timeout_s=self.timeout_s, max_bytes=self.max_bytes)

@@ -16,7 +16,6 @@ the worker died (:mod:`llm_locust.master.workerloss` records the loss).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import gevent
@@ -24,6 +23,7 @@ from locust import LoadTestShape
 from locust.runners import STATE_MISSING
 
 from llm_locust.options import parse_ladder, validate_options
+from llm_locust.wallclock import local_wall_s
 
 SPAWN_RATE_USERS_PER_S = 1000.0
 """Users started per second at a step change: fast enough that the ramp ends within the warm-up."""
@@ -57,14 +57,14 @@ class _RecordingShape(LoadTestShape):
         """Record step ``index`` as started now (or at ``start_s``, wall clock), with ``extra``
         keys; the previous step ends then."""
         if len(self.steps) <= index:
-            now = time.time() if start_s is None else start_s
+            now = local_wall_s() if start_s is None else start_s
             if self.steps:
                 self.steps[-1]["end_s"] = now
             self.steps.append({"index": index, "users": users, "start_s": now, "end_s": None, **extra})
 
     def _finish(self, end_s: float | None = None) -> None:
         if self.steps and self.steps[-1]["end_s"] is None:
-            self.steps[-1]["end_s"] = time.time() if end_s is None else end_s
+            self.steps[-1]["end_s"] = local_wall_s() if end_s is None else end_s
 
     def _drain(self, drain_time_s: float, drain_s: float):
         """After the last step: let in-flight requests finish (and be recorded), then stop.

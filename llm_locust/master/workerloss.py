@@ -44,7 +44,6 @@ import logging
 import math
 import os
 import socket
-import time
 from collections.abc import Callable
 
 import gevent
@@ -52,6 +51,7 @@ from locust.runners import STATE_MISSING
 
 from llm_locust.client.record import CSV_COLUMNS
 from llm_locust.master.shipping import LAST_END_KEY, REPORT_KEY
+from llm_locust.wallclock import local_wall_s
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class WorkerLossWatch:
                 for worker, interval in self._open.items()}  # fmt: skip
 
     def _on_report(self, client_id, data, **_kwargs) -> None:
-        now = time.time()
+        now = local_wall_s()
         self.last_report_s[client_id] = now
         self.last_heard_s[client_id] = max(self.last_heard_s.get(client_id, 0.0), now)
         process = data.get(PROCESS_KEY)
@@ -139,7 +139,7 @@ class WorkerLossWatch:
         if clients is None:
             return False
         changed = False
-        now = time.time()
+        now = local_wall_s()
         missing = {client.id for client in clients.all if client.state == STATE_MISSING}
         for worker in sorted(missing - set(self._open)):
             interval = {"worker": worker, "from_s": self.last_heard_s.get(worker, now), "noticed_s": now, "to_s": None}

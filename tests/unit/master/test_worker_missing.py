@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 
 import pytest
 from locust.runners import STATE_MISSING, STATE_RUNNING
@@ -16,6 +15,7 @@ from analysis.schema import RUN_JSON
 from llm_locust.client.record import CSV_COLUMNS
 from llm_locust.master.clientreport import ClientReport, format_summary
 from llm_locust.master.workerloss import PROCESS_KEY, WorkerLossWatch, install_process_reporting
+from llm_locust.wallclock import local_wall_s
 from tests.analysis_factories import T0, client_load_row, make_request, write_client_load, write_run_dir
 from tests.unit.master.test_worker_loss import master_with
 
@@ -24,17 +24,17 @@ def test_a_worker_back_after_a_spell_keeps_the_spell_but_is_not_lost():
     environment, clients = master_with("w1", "w2")
     watch = WorkerLossWatch(environment)
     heartbeat = environment.events.heartbeat_sent
-    heard_s = time.time() - 10.0
+    heard_s = local_wall_s() - 10.0
     heartbeat.fire(client_id="w2", timestamp=heard_s)
     clients["w2"].state = STATE_MISSING
-    before = time.time()
+    before = local_wall_s()
     assert watch.check() is True
     [spell] = watch.missing_intervals()
     assert spell["worker"] == "w2" and spell["from_s"] == heard_s and spell["to_s"] is None
-    assert before <= spell["noticed_s"] <= time.time()
+    assert before <= spell["noticed_s"] <= local_wall_s()
     assert [loss["worker"] for loss in watch.losses()] == ["w2"]
 
-    back_s = time.time()
+    back_s = local_wall_s()
     heartbeat.fire(client_id="w2", timestamp=back_s)  # Locust heals it on this heartbeat, then fires the event
     heartbeat.fire(client_id="w2", timestamp=back_s + 0.5)  # a later one does not move the return
     clients["w2"].state = STATE_RUNNING
@@ -47,7 +47,7 @@ def test_every_spell_of_a_worker_is_kept_from_its_last_word():
     environment, clients = master_with("w1")
     watch = WorkerLossWatch(environment)
     heartbeat = environment.events.heartbeat_sent
-    now = time.time()
+    now = local_wall_s()
     heartbeat.fire(client_id="w1", timestamp=now - 30.0)
     clients["w1"].state = STATE_MISSING
     watch.check()
