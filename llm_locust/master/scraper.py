@@ -11,6 +11,8 @@ bounded:
 - in event-loop time: the capped body is parsed in gevent's thread pool, so the master's event
   loop (Locust's heartbeats, record shipping) keeps running while a big body is parsed.
 
+Scrapes come every ``interval_s`` on average, at random gaps (:data:`JITTER`), not on a grid.
+
 The text exposition format is parsed with ``prometheus_client.parser.text_string_to_metric_families``;
 every sample becomes a long-format row ``(t_s, source, metric, labels_json, value)``. Histogram
 ``_bucket`` and ``_created`` samples are dropped (``_sum``/``_count`` are kept): they are most of a
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -50,6 +53,16 @@ TIMEOUT_INTERVALS = 2.9
 """Default scrape timeout in scrape intervals (:func:`default_timeout_s`)."""
 
 READ_PIECE_BYTES = 64 * 1024
+
+JITTER = 0.5
+"""Each gap between two scrapes of an endpoint is drawn uniformly from ``interval_s`` x
+[1 - JITTER, 1 + JITTER]: the mean rate is the interval's, the phase is not fixed. On a fixed grid,
+gaps in a gauge that recur at a whole number of seconds alias with the scrapes: a CI run against
+a real vLLM (``--max-num-seqs 2``, requests of 4.0 s, ladder steps starting on a scrape) read its
+running gauge 2, 1, 2, 1, ... with 2 requests in flight, every request ending just before a
+scrape, so the step's time-average said 1.56 for 2. With independent random gaps the scrape times
+are a renewal process independent of the server, and a sample's hold (until the next scrape) is
+independent of its value: the time-average is unbiased whatever the period of the gaps."""
 
 
 def default_timeout_s(interval_s: float) -> float:
@@ -356,16 +369,18 @@ class MetricsScraper:
                 logger.exception("a scrape sink failed")
 
     def _loop(self, url: str) -> None:
+        rng = random.Random()
         next_t = time.monotonic()
         while True:
             try:
                 self.scrape(url)
             except Exception:  # a sink that failed (e.g. a full disk): logged, scraping goes on
                 logger.exception("scraping %s: a sink failed", url)
-            next_t += self.interval_s
+            gap_s = self.interval_s * (1.0 + JITTER * (2.0 * rng.random() - 1.0))
+            next_t += gap_s
             now = time.monotonic()
-            if next_t < now:  # overran: skip the missed ticks, keep the rhythm
-                next_t += self.interval_s * (1 + int((now - next_t) // self.interval_s))
+            if next_t < now:  # overran (a slow endpoint): a whole gap from now, not at once
+                next_t = now + gap_s
             gevent.sleep(next_t - now)
 
     def summary_lines(self) -> list[str]:

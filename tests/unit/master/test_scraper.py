@@ -180,3 +180,22 @@ def test_the_event_loop_keeps_running_while_a_big_body_is_parsed(scripted_server
     # itself, the pause would be the whole parse, seconds; 1 s and half the scrape leave room for
     # a loaded CI, where one pause of 0.73 s in a 2.98 s scrape was seen)
     assert max(gaps) < 1.0 and max(gaps) < elapsed / 2, (max(gaps), elapsed)
+
+
+def test_scrapes_keep_the_mean_interval_but_no_fixed_phase(monkeypatch):
+    # gaps in a gauge that recur with the scrape interval's period alias with a fixed grid (a CI
+    # run against vLLM read running 2, 1, 2, 1, ... with 2 in flight): the scrape times must fall
+    # at every phase of the interval, as often in each fifth of it, at the interval's mean rate
+    interval_s, run_s = 0.1, 4.0
+    scraper, _, _ = make_scraper(["http://127.0.0.1:9/metrics"], interval_s=interval_s)
+    times: list[float] = []
+    monkeypatch.setattr(scraper, "scrape", lambda url: times.append(time.monotonic()))
+    scraper.start()
+    gevent.sleep(run_s)
+    scraper.stop()
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert len(gaps) >= 30 and sum(gaps) / len(gaps) == pytest.approx(interval_s, rel=0.2), gaps
+    assert min(gaps) < 0.8 * interval_s and max(gaps) > 1.2 * interval_s, gaps
+    phases = [((t - times[0]) % interval_s) / interval_s for t in times[1:]]
+    in_first_fifth = sum(phase < 0.2 for phase in phases) / len(phases)
+    assert in_first_fifth < 0.45, sorted(phases)  # expected 0.2; on a fixed grid ~1 (timers late by ms)
