@@ -29,6 +29,8 @@ SPAWN_RATE_USERS_PER_S = 1000.0
 """Users started per second at a step change: fast enough that the ramp ends within the warm-up."""
 LOCUST_TICK_S = 1.0
 """Seconds between two calls of a shape's ``tick`` (Locust's ``Runner.shape_worker`` sleeps 1 s)."""
+DRAIN_POLL_S = 0.05
+"""Seconds between two looks at the user count while the drain waits for the last users to stop."""
 
 
 class _RecordingShape(LoadTestShape):
@@ -41,6 +43,7 @@ class _RecordingShape(LoadTestShape):
         super().__init__()
         self.steps: list[dict] = []
         self._missing: set[str] = set()
+        self._draining = False
 
     def _regain_lost_users(self) -> None:
         """When a worker is newly missing, have the runner dispatch the current tick again (over
@@ -74,11 +77,31 @@ class _RecordingShape(LoadTestShape):
         average; at most ``--drain-s`` seconds, plus the workers' report delay.
         """
         self._finish()
-        if drain_s <= 0 or (drain_time_s > 0 and self.get_current_user_count() == 0) or drain_time_s > drain_s + 10:
+        if drain_s <= 0 or drain_time_s > drain_s + 10:
             return None
+        if self._draining and self._users_gone_within(LOCUST_TICK_S):
+            return None
+        self._draining = True  # from the next tick on the users have been told to stop
         environment = self.runner.environment
         environment.stop_timeout = max(environment.stop_timeout or 0.0, drain_s)
         return 0, SPAWN_RATE_USERS_PER_S
+
+    def _users_gone_within(self, limit_s: float) -> bool:
+        """Whether the users are all gone now or become so within ``limit_s`` (polled every
+        :data:`DRAIN_POLL_S` in this greenlet): the drain then ends at once, not at Locust's next
+        tick, up to a second later."""
+        waited_s = 0.0
+        while self.get_current_user_count() > 0:
+            if waited_s >= limit_s - 1e-9:
+                return False
+            self._wait_s(DRAIN_POLL_S)
+            waited_s += DRAIN_POLL_S
+        return True
+
+    @staticmethod
+    def _wait_s(seconds: float) -> None:
+        """Wait ``seconds`` in the shape's greenlet (the tests advance a fake clock instead)."""
+        gevent.sleep(seconds)
 
     def describe(self) -> dict:
         """The ``shape`` object of run.json: kind, settings and the steps run so far."""
@@ -155,11 +178,6 @@ class LadderShape(_RecordingShape):
             self._enter_step(index, ladder[index])
             return ladder[index], SPAWN_RATE_USERS_PER_S
         return self._drain(run_time - len(ladder) * dwell_s, settings.drain_s)
-
-    @staticmethod
-    def _wait_s(seconds: float) -> None:
-        """Wait ``seconds`` in the shape's greenlet (the tests advance a fake clock instead)."""
-        gevent.sleep(seconds)
 
     def describe(self) -> dict:
         description = super().describe()

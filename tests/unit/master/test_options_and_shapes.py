@@ -54,7 +54,8 @@ def test_ladder_holds_each_step_then_stops():
     assert shape.tick() == (0, pytest.approx(1000.0))
     assert shape.runner.environment.stop_timeout == 15.0
     clock.t = 40.0
-    assert shape.tick()[0] == 0
+    assert shape.tick()[0] == 0  # still 4 users after a tick's wait for them
+    assert clock.t == pytest.approx(41.0)
     shape.runner.user_count = 0
     assert shape.tick() is None
     described = shape.describe()
@@ -78,7 +79,10 @@ def test_ladder_steps_begin_on_time_between_locusts_ticks(monkeypatch):
         ticks.append(shape.tick())
     users = [tick[0] for tick in ticks]
     assert users == [1, 1, 3, 3, 5, 5, 5, 0, 0]  # the tick at 2.3 returned 3 at 2.5, ...
-    assert shape.waits_s == pytest.approx([0.2, 0.7, 0.2])  # 2.3 -> 2.5, 4.3 -> 5.0, 7.3 -> 7.5
+    # 2.3 -> 2.5, 4.3 -> 5.0, 7.3 -> 7.5, then the drain's tick at 8.3 looks for the last users a
+    # tick long (they stay)
+    assert shape.waits_s[:3] == pytest.approx([0.2, 0.7, 0.2])
+    assert sum(shape.waits_s[3:]) == pytest.approx(1.0) and max(shape.waits_s[3:]) <= 0.05 + 1e-9
     steps = shape.describe()["steps"]
     assert [s["start_s"] - origin for s in steps] == pytest.approx([0.3, 2.5, 5.0])
     assert [s["end_s"] - origin for s in steps] == pytest.approx([2.5, 5.0, 7.5])
@@ -254,3 +258,20 @@ def test_a_well_formed_server_log_format_and_a_missing_one(tmp_path):
     good.write_text(FORMAT_TOML)
     validate_options(argparse.Namespace(server_log_format=str(good)))
     assert "No such file" in _refused("server_log_format", tmp_path / "nope.toml")
+
+
+def test_the_drain_ends_as_soon_as_the_last_user_is_gone():
+    # the last user stops 0.3 s after a drain tick: the test stops then, not at Locust's next tick
+    clock = FakeClock()
+    shape, _ = make_shape(LadderShape, clock, ladder="1,2", dwell_s=5.0, warmup_s=1.0, drain_s=15.0)
+    shape.runner.user_count = 2
+    for t in (0.0, 5.0):
+        clock.t = t
+        shape.tick()
+    clock.t = 10.02  # the drain's first tick, a little after the last step: it tells the users to stop
+    assert shape.tick()[0] == 0 and clock.t == 10.02  # at once, without waiting for them
+    gone_at_s = 11.3
+    shape.get_current_user_count = lambda: 0 if clock.t >= gone_at_s - 1e-9 else 2
+    clock.t = 11.0
+    assert shape.tick() is None
+    assert clock.t == pytest.approx(gone_at_s)
