@@ -135,8 +135,10 @@ def shared_reader(request) -> bool:
 def pytest_collection_modifyitems(session, config, items):
     """Start the real servers' setups in the background when any real-server test is selected.
 
-    They take ~8 min on a fresh machine; run at idle priority while the end-to-end tests (first
-    by name) run, they are off the suite's critical path (:mod:`tests.real_servers`).
+    They take ~8 min on a fresh machine; run at idle priority while the unit and end-to-end tests
+    run (``testpaths`` puts the real-server tests last: a CI-like run with the real tests after the
+    end-to-end ones only waited ~4 min for llama.cpp's build), they are off the suite's critical
+    path (:mod:`tests.real_servers`).
     """
     real = TESTS / "real"
     if any(Path(str(item.path)).is_relative_to(real) for item in items):

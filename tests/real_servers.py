@@ -6,8 +6,8 @@ missing ``shared/real-servers`` skips the test; in CI (``CI=true``) it fails it.
 
 On a fresh machine the two setups take ~8 min (vLLM's wheels, then llama.cpp's build on 2 cores).
 When a session selects real-server tests, :func:`start_background_setup` runs both at the
-scheduler's idle priority from the start of the session, while the end-to-end tests run (they
-come first by name); every setup holds one ``flock`` lock, so a test that needs a server waits
+scheduler's idle priority from the start of the session, while the unit and end-to-end tests run
+(``testpaths`` in pyproject.toml puts the real-server tests last); every setup holds one ``flock`` lock, so a test that needs a server waits
 for the background setup instead of starting a second one, and then finds it done.
 """
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +15,7 @@ import pytest
 from llm_locust.client.load import CLIENT_LOAD_COLUMNS
 from llm_locust.run.demo import SIM_MODEL, start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
+from tests.e2e.locust_cluster import run_master_and_workers
 
 pytestmark = pytest.mark.slow
 
@@ -69,36 +68,19 @@ def loaded_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("load")
     locustfile = tmp / "burn.py"
     locustfile.write_text(LOCUSTFILE)
-    sim_port, master_port = free_port(), free_port()
+    sim_port = free_port()
     server = start_sim_server(port=sim_port, max_num_seqs=8, log_path=tmp / "server.log")
     run_dir = tmp / "run"
     busy_id_file = tmp / "busy_worker_id"
-    processes = []
+    quiet = {k: v for k, v in os.environ.items() if k != "LLM_LOCUST_TEST_BURN_CPU"}
     try:
-        master = subprocess.Popen(
-            [sys.executable, "-m", "locust", "-f", str(locustfile), "--master", "--headless", "--expect-workers", "2",
-             "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),
-             "--host", f"http://127.0.0.1:{sim_port}", "--model", SIM_MODEL, "--max-tokens", "32",
+        run_master_and_workers(
+            tmp, locustfile,
+            ["--host", f"http://127.0.0.1:{sim_port}", "--model", SIM_MODEL, "--max-tokens", "32",
              "-u", "2", "-r", "2", "-t", "10s", "--run-dir", str(run_dir), "--only-summary"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp,
+            worker_envs=[{**quiet, "LLM_LOCUST_TEST_BURN_CPU": str(busy_id_file)}, quiet],
         )  # fmt: skip
-        processes.append(master)
-        for index in range(2):
-            env = dict(os.environ)
-            env.pop("LLM_LOCUST_TEST_BURN_CPU", None)
-            if index == 0:
-                env["LLM_LOCUST_TEST_BURN_CPU"] = str(busy_id_file)
-            processes.append(subprocess.Popen(
-                [sys.executable, "-m", "locust", "-f", str(locustfile), "--worker", "--master-host", "127.0.0.1",
-                 "--master-port", str(master_port)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tmp,
-            ))  # fmt: skip
-        master.wait(timeout=120)
-        for worker in processes[1:]:
-            worker.wait(timeout=30)
     finally:
-        for process in processes:
-            stop_process(process, grace_s=10)
         stop_process(server, grace_s=10)
     return run_dir, busy_id_file.read_text()
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -26,6 +24,7 @@ from llm_locust.master.clocksync import SLOW_PINGS_ENV
 from llm_locust.run.demo import start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
 from llm_locust.wallclock import SKEW_ENV
+from tests.e2e.locust_cluster import run_master_and_workers
 
 pytestmark = pytest.mark.slow
 
@@ -38,35 +37,18 @@ SKEWS_S = (2.0, -2.0)
 def skewed_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("skew")
     run_dir = tmp / "run"
-    port, master_port = free_port(), free_port()
+    port = free_port()
     server = start_sim_server(port=port, max_num_seqs=MAX_NUM_SEQS, log_path=tmp / "engine.log")
-    processes, logs = [], []
     try:
-        log = open(tmp / "master.out", "w")
-        logs.append(log)
-        master = subprocess.Popen([
-            sys.executable, "-m", "locust", "-f", str(LADDER), "--master", "--headless",
-            "--expect-workers", str(len(SKEWS_S)), "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),
-            "--host", f"http://127.0.0.1:{port}", "--model", "sim-llama", "--ladder", "1,2,4", "--dwell-s", "5",
-            "--warmup-s", "1.5", "--max-tokens", "24", "--run-dir", str(run_dir), "--only-summary",
-        ], env={**os.environ, SLOW_PINGS_ENV: "3"}, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL)  # fmt: skip
-        processes.append(master)
-        for index, skew_s in enumerate(SKEWS_S):
-            log = open(tmp / f"worker{index}.out", "w")
-            logs.append(log)
-            processes.append(subprocess.Popen(
-                [sys.executable, "-m", "locust", "-f", str(LADDER), "--worker", "--master-host", "127.0.0.1",
-                 "--master-port", str(master_port)],
-                env={**os.environ, SKEW_ENV: str(skew_s)}, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL))  # fmt: skip
-        code = master.wait(timeout=120)
+        code = run_master_and_workers(
+            tmp, LADDER,
+            ["--host", f"http://127.0.0.1:{port}", "--model", "sim-llama", "--ladder", "1,2,4", "--dwell-s", "5",
+             "--warmup-s", "1.5", "--max-tokens", "24", "--run-dir", str(run_dir), "--only-summary"],
+            master_env={**os.environ, SLOW_PINGS_ENV: "3"},
+            worker_envs=[{**os.environ, SKEW_ENV: str(skew_s)} for skew_s in SKEWS_S],
+        )  # fmt: skip
     finally:
-        for process in reversed(processes):
-            stop_process(process, grace_s=10)
         stop_process(server, grace_s=10)
-        for log in logs:
-            log.close()
     assert code == 0, (tmp / "master.out").read_text()[-3000:]
     return run_dir
 

@@ -28,6 +28,11 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]  # fmt: skip
 LADDER, DWELL_S, WARMUP_S, MAX_NUM_SEQS, MAX_TOKENS = "1,2,4", 8, 2, 2, 32
 IN_CI = os.environ.get("CI", "").lower() == "true"
+LINGER_S = 20
+"""How long the web UI stays up after the run: the test reads it after the stop, once Locust's count
+has held still for 4 s (a worker's last report can come up to 3 s after the stop), then reloads the
+page. 8 s was too short in a CI-like run of 3 Dec 2026 on a loaded machine: the web UI had quit
+(8 s after the test's end) before the final read (ECONNREFUSED)."""
 
 
 def need(condition: bool, reason: str) -> None:
@@ -60,7 +65,7 @@ def live_run(tmp_path):
         [sys.executable, "-m", "llm_locust.cli", "run", "--host", f"http://127.0.0.1:{sim_port}", "--model", "sim-llama",
          "--ladder", LADDER, "--dwell-s", str(DWELL_S), "--warmup-s", str(WARMUP_S), "--max-tokens", str(MAX_TOKENS),
          "--workers", "2", "--run-dir", str(run_dir), "--no-analyze", "--timeout-s", "120",
-         "--web", "--web-port", str(web_port), "--web-linger-s", "8"],
+         "--web", "--web-port", str(web_port), "--web-linger-s", str(LINGER_S)],
         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     url = f"http://127.0.0.1:{web_port}/"

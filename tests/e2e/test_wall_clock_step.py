@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -30,6 +28,7 @@ import pytest
 from analysis.report.pipeline import analyze_run
 from llm_locust.run.demo import start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
+from tests.e2e.locust_cluster import run_master_and_workers
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +62,7 @@ def stepped_run(tmp_path_factory):
     site = tmp / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    port, master_port = free_port(), free_port()
+    port = free_port()
     server = start_sim_server(port=port, max_num_seqs=MAX_NUM_SEQS, log_path=tmp / "engine.log")
     env = {
         **os.environ,
@@ -71,32 +70,16 @@ def stepped_run(tmp_path_factory):
         "TEST_WALL_STEP_AT_MONOTONIC": str(time.monotonic() + STEP_AFTER_LAUNCH_S),
         "TEST_WALL_STEP_S": str(STEP_S),
     }
-    processes, logs = [], []
     try:
-        log = open(tmp / "master.out", "w")
-        logs.append(log)
-        master = subprocess.Popen([
-            sys.executable, "-m", "locust", "-f", str(LADDER), "--master", "--headless", "--expect-workers", "2",
-            "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),
-            "--host", f"http://127.0.0.1:{port}", "--model", "sim-llama", "--ladder", ",".join(map(str, USERS)),
-            "--dwell-s", str(DWELL_S), "--warmup-s", str(WARMUP_S), "--max-tokens", "24", "--run-dir", str(run_dir),
-            "--csv", str(run_dir / "locust"), "--csv-full-history", "--only-summary",
-        ], env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
-        processes.append(master)
-        for index in range(2):
-            log = open(tmp / f"worker{index}.out", "w")
-            logs.append(log)
-            processes.append(subprocess.Popen(
-                [sys.executable, "-m", "locust", "-f", str(LADDER), "--worker", "--master-host", "127.0.0.1",
-                 "--master-port", str(master_port)],
-                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))  # fmt: skip
-        code = master.wait(timeout=120)
+        code = run_master_and_workers(
+            tmp, LADDER,
+            ["--host", f"http://127.0.0.1:{port}", "--model", "sim-llama", "--ladder", ",".join(map(str, USERS)),
+             "--dwell-s", str(DWELL_S), "--warmup-s", str(WARMUP_S), "--max-tokens", "24", "--run-dir", str(run_dir),
+             "--csv", str(run_dir / "locust"), "--csv-full-history", "--only-summary"],
+            master_env=env, worker_envs=[env, env],
+        )  # fmt: skip
     finally:
-        for process in reversed(processes):
-            stop_process(process, grace_s=10)
         stop_process(server, grace_s=10)
-        for log in logs:
-            log.close()
     assert code == 0, (tmp / "master.out").read_text()[-3000:]
     return run_dir
 
