@@ -68,6 +68,13 @@ every 3 s (Locust's ``WORKER_REPORT_INTERVAL``) that is up to ~66,000 records/s 
 the master keeps up, and the master's queue holds at most this many per worker."""
 
 
+def report_last_end_s(data: dict) -> float | None:
+    """A worker report's :data:`LAST_END_KEY` (Unix s), or None when it is missing, not a number or
+    not finite (read by the master's intake and its worker-loss watch alike)."""
+    value = data.get(LAST_END_KEY)
+    return float(value) if isinstance(value, float | int) and math.isfinite(value) else None
+
+
 def process_role(environment) -> str:
     """``"worker"``, ``"master"`` or ``"local"`` (a standalone process), from its runner."""
     runner = environment.runner
@@ -309,7 +316,7 @@ class RecordShipper(RowShipper):
         assert self.ingest is not None
         self.ingest.put(client_id, data.get(self.key) or [], data.get(CSV_KEY), held=data.get(HELD_KEY),
                         packed=data.get(PACKED_KEY), packed_rows=int(data.get(COUNT_KEY) or 0),
-                        last_end_s=last_end if isinstance(last_end := data.get(LAST_END_KEY), float | int) else None)  # fmt: skip
+                        last_end_s=report_last_end_s(data))  # fmt: skip
 
     def _deliver_chunk(self, rows: list, csv_text: bytes | str | None, batch_rows: int) -> None:
         if csv_text is not None and self._csv_sink is not None:

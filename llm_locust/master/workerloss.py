@@ -41,7 +41,6 @@ Why own code: Locust fires no event when a worker goes missing; this polls the m
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 from collections.abc import Callable
@@ -50,7 +49,7 @@ import gevent
 from locust.runners import STATE_MISSING
 
 from llm_locust.client.record import CSV_COLUMNS
-from llm_locust.master.shipping import LAST_END_KEY, REPORT_KEY
+from llm_locust.master.shipping import REPORT_KEY, report_last_end_s
 from llm_locust.wallclock import local_wall_s
 
 logger = logging.getLogger(__name__)
@@ -122,8 +121,8 @@ class WorkerLossWatch:
             self.processes[client_id] = {"host": str(process.get("host") or ""),
                                          "pid": pid if isinstance(pid, int) and pid > 0 else None}  # fmt: skip
         ends = [end for end in map(_row_end_s, data.get(REPORT_KEY) or ()) if end is not None]
-        if isinstance(last_end_s := data.get(LAST_END_KEY), float | int) and math.isfinite(last_end_s):
-            ends.append(float(last_end_s))  # a packed batch's latest end, as its worker read it
+        if (last_end_s := report_last_end_s(data)) is not None:
+            ends.append(last_end_s)  # a packed batch's latest end, as its worker read it
         if ends:
             self.last_record_s[client_id] = max(self.last_record_s.get(client_id, ends[0]), max(ends))
 
