@@ -132,24 +132,116 @@ def shared_reader(request) -> bool:
     return request.param
 
 
-def pytest_collection_modifyitems(session, config, items):
-    """Start the real servers' setups in the background when any real-server test is selected.
+PARALLEL_SAFE = (TESTS / "unit" / "analysis", TESTS / "unit" / "k8s")
+"""Test folders whose tests only compute (no clock bound, no server, no load): with ``-n 2`` they
+run on the second xdist worker, at :data:`PARALLEL_NICE`, beside the rest. Test modules directly in
+``tests/unit`` are parallel-safe too. Everything else (the client, master, embedded-server, run and
+live-view unit tests, which bound latencies and stamps, and every end-to-end and real-server test)
+is :data:`SERIAL_GROUP`: one worker runs it, in collection order, at normal priority, so a timing
+test never shares the machine with another timing test."""
 
-    They take ~8 min on a fresh machine; run at idle priority while the unit and end-to-end tests
-    run (``testpaths`` puts the real-server tests last: a CI-like run with the real tests after the
-    end-to-end ones only waited ~4 min for llama.cpp's build), they are off the suite's critical
-    path (:mod:`tests.real_servers`).
+SERIAL_GROUP = "serial"
+"""The ``xdist_group`` of every test that is not :data:`PARALLEL_SAFE` (``--dist loadgroup``)."""
+
+PARALLEL_NICE = 10
+"""The ``nice`` of a worker thread while it runs a parallel-safe test: the serial worker's
+processes, at 0, then get ~90 % of a core both want (CFS/EEVDF weights 1024 against 110), and
+their wake-ups preempt it."""
+
+
+def parallel_safe(path: Path) -> bool:
+    """True when the test file at ``path`` may run beside the serial group (:data:`PARALLEL_SAFE`)."""
+    return path.parent == TESTS / "unit" or any(path.is_relative_to(folder) for folder in PARALLEL_SAFE)
+
+
+def _xdist_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config):
+    """In an xdist worker, keep this thread's gevent hub alive for the whole session.
+
+    Locust monkey-patches ``threading`` when this file imports it, so the worker's test queue
+    (``xdist.remote.TestQueue``) waits on a gevent ``Event`` that execnet's I/O thread (a native
+    thread, started before the patching) sets. gevent wakes a hub from another thread, but a hub
+    with nothing else to wait for raises ``LoopExit`` ("This operation would block forever")
+    instead of waiting (locustio/locust#3202, pytest-dev/pytest-xdist#254). A greenlet asleep
+    for the session gives the hub a timer to wait on; nothing in the tests waits for every
+    greenlet to end (``gevent.wait()``), which it would hold up.
     """
-    real = TESTS / "real"
-    if any(Path(str(item.path)).is_relative_to(real) for item in items):
-        from tests.real_servers import SETUP_LOCK, start_background_setup
+    if _xdist_worker(config):
+        import gevent
 
-        # pytest's cache folder, or beside the lock when the cache plugin is off (-p no:cacheprovider)
-        cache = getattr(config, "cache", None)
-        folder = Path(cache.mkdir("real-servers")) if cache is not None else SETUP_LOCK.parent
-        folder.mkdir(parents=True, exist_ok=True)
-        log = folder / "background-setup.log"
-        config.stash[_BACKGROUND_SETUP] = start_background_setup(log)
+        gevent.spawn(_sleep_forever)
+
+
+def _sleep_forever() -> None:
+    import gevent
+
+    while True:
+        gevent.sleep(3600)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Put every test that is not :func:`parallel_safe` in :data:`SERIAL_GROUP`; start the real
+    servers' setups in the background when any real-server test is selected (not in an xdist
+    worker: there the controller starts them, :func:`pytest_xdist_node_collection_finished`).
+
+    The setups take ~8 min on a fresh machine; run at idle priority while the unit and end-to-end
+    tests run (``testpaths`` puts the real-server tests last: a CI-like run with the real tests
+    after the end-to-end ones only waited ~4 min for llama.cpp's build), they are off the suite's
+    critical path (:mod:`tests.real_servers`).
+    """
+    for item in items:
+        if not parallel_safe(Path(str(item.path))):
+            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
+    real = TESTS / "real"
+    if not _xdist_worker(config) and any(Path(str(item.path)).is_relative_to(real) for item in items):
+        _start_background_setup(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """In the xdist controller: start the real servers' background setups once, when a worker's
+    collection holds a real-server test. The controller outlives every worker, so the setup is
+    stopped only at the end of the whole session (a worker that ran out of tests ends early)."""
+    config = node.config
+    if config.stash.get(_BACKGROUND_SETUP, None) is None and any(i.startswith("tests/real/") for i in ids):
+        _start_background_setup(config)
+
+
+def _start_background_setup(config) -> None:
+    from tests.real_servers import SETUP_LOCK, start_background_setup
+
+    # pytest's cache folder, or beside the lock when the cache plugin is off (-p no:cacheprovider)
+    cache = getattr(config, "cache", None)
+    folder = Path(cache.mkdir("real-servers")) if cache is not None else SETUP_LOCK.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "background-setup.log"
+    config.stash[_BACKGROUND_SETUP] = start_background_setup(log)
+
+
+def pytest_runtest_setup(item):
+    """In an xdist worker: run a parallel-safe test at :data:`PARALLEL_NICE`, any other at 0.
+
+    ``setpriority`` on Linux sets the calling thread (the one running the tests); the processes
+    and threads a test starts inherit it. Raising the nice again needs ``CAP_SYS_NICE``: without
+    it, a worker never lowers its priority, so no serial test runs niced.
+    """
+    if not _xdist_worker(item.config):
+        return
+    wanted = PARALLEL_NICE if parallel_safe(Path(str(item.path))) else 0
+    if wanted and not _can_raise_priority():
+        return
+    try:
+        if os.getpriority(os.PRIO_PROCESS, 0) != wanted:
+            os.setpriority(os.PRIO_PROCESS, 0, wanted)
+    except OSError:  # not Linux, or not allowed: the test runs at the priority it has
+        pass
+
+
+def _can_raise_priority() -> bool:
+    return os.geteuid() == 0
 
 
 def pytest_sessionfinish(session, exitstatus):
