@@ -45,6 +45,18 @@ class _RecordingShape(LoadTestShape):
         self._missing: set[str] = set()
         self._draining = False
 
+    def reset_time(self) -> None:
+        """Restart the shape's clock (:meth:`get_run_time`) and begin a step 0 already recorded now.
+
+        Locust restarts it as the shape starts and, on a master, again once the ``test_start``
+        listeners have run (``MasterRunner.start``, called with the first tick's users): the
+        first tick, which records step 0, runs before that, 9-49 ms before run.json's
+        ``started_at_s``, and step 0 then lasted that much more than ``--dwell-s``.
+        """
+        super().reset_time()
+        if len(self.steps) == 1 and self.steps[0]["end_s"] is None:
+            self.steps[0]["start_s"] = local_wall_s()
+
     def _regain_lost_users(self) -> None:
         """When a worker is newly missing, have the runner dispatch the current tick again (over
         the workers left: Locust's dispatcher already dropped the missing one)."""
@@ -175,7 +187,8 @@ class LadderShape(_RecordingShape):
             self._wait_s(to_next_s)
             index, run_time = index + 1, max(self.get_run_time(), (index + 1) * dwell_s)
         if index < len(ladder):
-            self._enter_step(index, ladder[index])
+            # step k begins k * dwell_s after the clock's start: step 0 at the start itself
+            self._enter_step(index, ladder[index], start_s=local_wall_s() - run_time if index == 0 else None)
             return ladder[index], SPAWN_RATE_USERS_PER_S
         return self._drain(run_time - len(ladder) * dwell_s, settings.drain_s)
 

@@ -67,7 +67,8 @@ def test_ladder_holds_each_step_then_stops():
 
 def test_ladder_steps_begin_on_time_between_locusts_ticks(monkeypatch):
     # Locust ticks once a second from 0.3 s on; steps of 2.5 s: the changes at 2.5, 5.0 and 7.5 s
-    # (the drain) fall between ticks and are waited for, not cut on the next tick
+    # (the drain) fall between ticks and are waited for, not cut on the next tick; step 0 begins
+    # at the clock's start, 0.3 s before the first tick
     clock = FakeClock()
     shape, _ = make_shape(LadderShape, clock, ladder="1,3,5", dwell_s=2.5, warmup_s=1.0, drain_s=5.0)
     shape.runner.user_count = 5  # still draining at the last ticks
@@ -84,8 +85,30 @@ def test_ladder_steps_begin_on_time_between_locusts_ticks(monkeypatch):
     assert shape.waits_s[:3] == pytest.approx([0.2, 0.7, 0.2])
     assert sum(shape.waits_s[3:]) == pytest.approx(1.0) and max(shape.waits_s[3:]) <= 0.05 + 1e-9
     steps = shape.describe()["steps"]
-    assert [s["start_s"] - origin for s in steps] == pytest.approx([0.3, 2.5, 5.0])
+    assert [s["start_s"] - origin for s in steps] == pytest.approx([0.0, 2.5, 5.0])
     assert [s["end_s"] - origin for s in steps] == pytest.approx([2.5, 5.0, 7.5])
+
+
+def test_ladder_step_0_begins_when_the_master_restarts_the_clock(monkeypatch):
+    # Locust's master: the first tick (at 2 ms) records step 0, then MasterRunner.start runs the
+    # test_start listeners (run.json's started_at_s) and restarts the shape's clock (at 40 ms);
+    # step 1 begins 5 s after the restart, so step 0 begins at it and lasts 5 s, not 5.038
+    wall = FakeClock()
+    restarted_at_s = 0.0
+    shape, _ = make_shape(LadderShape, wall, ladder="1,2", dwell_s=5.0, warmup_s=1.0, drain_s=0.0)
+    shape.get_run_time = lambda: wall.t - restarted_at_s
+    origin = 1_000_000.0
+    monkeypatch.setattr(shapes, "local_wall_s", lambda: origin + wall.t)
+    wall.t = 0.002
+    assert shape.tick()[0] == 1
+    wall.t = restarted_at_s = 0.040
+    shape.reset_time()
+    for t in (1.041, 2.041, 3.041, 4.041):  # the last tick waits for step 1, at 5.040
+        wall.t = t
+        shape.tick()
+    steps = shape.describe()["steps"]
+    assert [s["start_s"] - origin for s in steps] == pytest.approx([0.040, 5.040])
+    assert steps[0]["end_s"] - steps[0]["start_s"] == pytest.approx(5.0)
 
 
 def test_ladder_rejects_warmup_not_shorter_than_dwell():
