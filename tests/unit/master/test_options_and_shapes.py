@@ -125,6 +125,27 @@ def test_baseline_stops_after_n_requests():
     assert shape.describe()["requests"] == 3
 
 
+def test_the_baseline_ends_as_soon_as_its_last_request_is_reported():
+    # the worker reports its 3rd and last request at 2.3 s: the test stops then, not at the
+    # tick after (3.0 s); a tick before it waits a tick for it, then lets the user go on
+    clock = FakeClock()
+    shape, _ = make_shape(BaselineShape, clock, baseline_requests=3)
+    assert shape.tick() == (1, 1.0) and clock.t == 0.0  # the first tick starts the user at once
+    reported_at_s = 2.3
+
+    class Total:  # the master's count of requests, from the worker's reports
+        @property
+        def num_requests(self) -> int:
+            return 3 if clock.t >= reported_at_s - 1e-9 else 2
+
+    shape.runner.stats.total = Total()
+    clock.t = 1.0
+    assert shape.tick() == (1, 1.0) and clock.t == pytest.approx(2.0)
+    assert shape.tick() is None
+    assert clock.t == pytest.approx(reported_at_s)
+    assert max(shape.waits_s) <= 0.05 + 1e-9
+
+
 @pytest.mark.parametrize("text", ["", "2,1", "0,1", "1,1", "a,b"])
 def test_bad_ladders_are_refused(text):
     with pytest.raises(ValueError):
