@@ -45,6 +45,7 @@ class _RecordingShape(LoadTestShape):
         self.steps: list[dict] = []
         self._missing: set[str] = set()
         self._draining = False
+        self._follows_test_start = False
 
     def reset_time(self) -> None:
         """Restart the shape's clock (:meth:`get_run_time`) and begin a step 0 already recorded now.
@@ -52,11 +53,21 @@ class _RecordingShape(LoadTestShape):
         Locust restarts it as the shape starts and, on a master, again once the ``test_start``
         listeners have run (``MasterRunner.start``, called with the first tick's users): the
         first tick, which records step 0, runs before that, 9-49 ms before run.json's
-        ``started_at_s``, and step 0 then lasted that much more than ``--dwell-s``.
+        ``started_at_s``, and step 0 then lasted that much more than ``--dwell-s``. A standalone
+        runner (``LocalRunner.start``) does not restart it after the listeners: the shape does
+        (:meth:`_restart_with_the_test`).
         """
         super().reset_time()
         if len(self.steps) == 1 and self.steps[0]["end_s"] is None:
             self.steps[0]["start_s"] = local_wall_s()
+
+    def _restart_with_the_test(self) -> None:
+        """At the first tick: restart the shape's clock once the ``test_start`` listeners have run
+        (a listener of its own, added after the run directory's), as a master does itself; a
+        standalone run's step 0 began 29-38 ms before ``started_at_s`` otherwise."""
+        if not self._follows_test_start:
+            self._follows_test_start = True
+            self.runner.environment.events.test_start.add_listener(lambda **_kwargs: self.reset_time())
 
     def _regain_lost_users(self) -> None:
         """When a worker is newly missing, have the runner dispatch the current tick again (over
@@ -186,6 +197,7 @@ class LadderShape(_RecordingShape):
         and begun on time (each step then lasts ``--dwell-s``, not up to a tick more or less)."""
         settings = self.settings()
         ladder, dwell_s = settings.ladder, settings.dwell_s
+        self._restart_with_the_test()
         self._regain_lost_users()
         run_time = self.get_run_time()
         index = int(run_time // dwell_s)
@@ -231,6 +243,7 @@ class BaselineShape(_RecordingShape):
         return self._requests
 
     def tick(self):
+        self._restart_with_the_test()
         self._regain_lost_users()
         requests = self.requests()
         wait_s = LOCUST_TICK_S if self.steps else 0.0  # the first tick starts the user at once

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from locust.event import Events
 
 from llm_locust.client.prompts import DEFAULT_PROMPTS, load_prompts, prompt_set_sha256
 from llm_locust.master import shapes
@@ -24,7 +25,7 @@ def make_shape(shape_class, clock: FakeClock, **options):
     shape.get_run_time = lambda: clock.t
     total = argparse.Namespace(num_requests=0)
     shape.runner = argparse.Namespace(
-        environment=argparse.Namespace(parsed_options=argparse.Namespace(**options), stop_timeout=0.0),
+        environment=argparse.Namespace(parsed_options=argparse.Namespace(**options), stop_timeout=0.0, events=Events()),
         stats=argparse.Namespace(total=total),
         user_count=0,
     )
@@ -109,6 +110,38 @@ def test_ladder_step_0_begins_when_the_master_restarts_the_clock(monkeypatch):
     steps = shape.describe()["steps"]
     assert [s["start_s"] - origin for s in steps] == pytest.approx([0.040, 5.040])
     assert steps[0]["end_s"] - steps[0]["start_s"] == pytest.approx(5.0)
+
+
+def test_a_standalone_ladders_step_0_begins_after_the_test_start_listeners(monkeypatch):
+    # Locust's LocalRunner: the clock starts, the first tick (at 2 ms) records step 0, then
+    # LocalRunner.start runs the test_start listeners (run.json's started_at_s at 30 ms) and
+    # starts the users, without restarting the shape's clock: the shape restarts it after them
+    wall = FakeClock()
+    restarted_at_s = [0.0]
+    shape, _ = make_shape(LadderShape, wall, ladder="1,2", dwell_s=5.0, warmup_s=1.0, drain_s=0.0)
+    shape.get_run_time = lambda: wall.t - restarted_at_s[0]
+    reset_time = shape.reset_time
+
+    def restart():
+        restarted_at_s[0] = wall.t
+        reset_time()
+
+    shape.reset_time = restart
+    origin = 1_000_000.0
+    monkeypatch.setattr(shapes, "local_wall_s", lambda: origin + wall.t)
+    events = shape.runner.environment.events
+    started_at_s = []
+    events.test_start.add_listener(lambda **_kwargs: started_at_s.append(shapes.local_wall_s()))  # the run dir's
+    wall.t = 0.002
+    assert shape.tick()[0] == 1
+    wall.t = 0.030
+    events.test_start.fire(environment=shape.runner.environment)
+    for t in (1.031, 2.031, 3.031, 4.031):  # the last tick waits for step 1, at 5.030
+        wall.t = t
+        shape.tick()
+    steps = shape.describe()["steps"]
+    assert [s["start_s"] - origin for s in steps] == pytest.approx([0.030, 5.030])
+    assert steps[0]["start_s"] == started_at_s[0]
 
 
 def test_ladder_rejects_warmup_not_shorter_than_dwell():
