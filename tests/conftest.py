@@ -137,11 +137,8 @@ PARALLEL_SAFE = (TESTS / "unit" / "analysis", TESTS / "unit" / "k8s")
 run on the second xdist worker, at :data:`PARALLEL_NICE`, beside the rest. Test modules directly in
 ``tests/unit`` are parallel-safe too. Everything else (the client, master, embedded-server, run and
 live-view unit tests, which bound latencies and stamps, and every end-to-end and real-server test)
-is :data:`SERIAL_GROUP`: one worker runs it, in collection order, at normal priority, so a timing
-test never shares the machine with another timing test."""
-
-SERIAL_GROUP = "serial"
-"""The ``xdist_group`` of every test that is not :data:`PARALLEL_SAFE` (``--dist loadgroup``)."""
+one work unit (:mod:`tests.serial_scheduling`): one worker runs it, in collection order, at
+normal priority, so a timing test never shares the machine with another timing test."""
 
 PARALLEL_NICE = 10
 """The ``nice`` of a worker thread while it runs a parallel-safe test: the serial worker's
@@ -183,21 +180,27 @@ def _sleep_forever() -> None:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Put every test that is not :func:`parallel_safe` in :data:`SERIAL_GROUP`; start the real
-    servers' setups in the background when any real-server test is selected (not in an xdist
-    worker: there the controller starts them, :func:`pytest_xdist_node_collection_finished`).
+    """Start the real servers' setups in the background when any real-server test is selected
+    (not in an xdist worker: there the controller starts them,
+    :func:`pytest_xdist_node_collection_finished`).
 
     The setups take ~8 min on a fresh machine; run at idle priority while the unit and end-to-end
     tests run (``testpaths`` puts the real-server tests last: a CI-like run with the real tests
     after the end-to-end ones only waited ~4 min for llama.cpp's build), they are off the suite's
     critical path (:mod:`tests.real_servers`).
     """
-    for item in items:
-        if not parallel_safe(Path(str(item.path))):
-            item.add_marker(pytest.mark.xdist_group(SERIAL_GROUP))
     real = TESTS / "real"
     if not _xdist_worker(config) and any(Path(str(item.path)).is_relative_to(real) for item in items):
         _start_background_setup(config)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own (a firstresult hook)
+def pytest_xdist_make_scheduler(config, log):
+    """With ``-n``: :class:`tests.serial_scheduling.SerialGroupScheduling` (one worker runs every
+    test that is not :func:`parallel_safe`, in order; the others run the parallel-safe ones)."""
+    from tests.serial_scheduling import SerialGroupScheduling
+
+    return SerialGroupScheduling(config, log, rootdir=config.rootpath)
 
 
 @pytest.hookimpl(optionalhook=True)
