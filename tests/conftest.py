@@ -225,12 +225,14 @@ def _start_background_setup(config) -> None:
 
 
 def pytest_runtest_setup(item):
-    """In an xdist worker: run a parallel-safe test at :data:`PARALLEL_NICE`, any other at 0.
+    """Start the session's first real vLLM ahead (:func:`_prestart_vllm`); in an xdist worker,
+    run a parallel-safe test at :data:`PARALLEL_NICE`, any other at 0.
 
     ``setpriority`` on Linux sets the calling thread (the one running the tests); the processes
     and threads a test starts inherit it. Raising the nice again needs ``CAP_SYS_NICE``: without
     it, a worker never lowers its priority, so no serial test runs niced.
     """
+    _prestart_vllm(item)
     if not _xdist_worker(item.config):
         return
     wanted = PARALLEL_NICE if parallel_safe(Path(str(item.path))) else 0
@@ -243,12 +245,37 @@ def pytest_runtest_setup(item):
         pass
 
 
+def _prestart_vllm(item) -> None:
+    """At the first end-to-end test of a session that will run the real vLLM tests, start their
+    first server at idle priority (:class:`tests.real_servers.Prestart`): its ~90 s start then
+    overlaps the end-to-end and llama.cpp tests instead of adding to the suite's time."""
+    config = item.config
+    if _PRESTART_CHECKED in config.stash or not Path(str(item.path)).is_relative_to(TESTS / "e2e"):
+        return
+    config.stash[_PRESTART_CHECKED] = True
+    session_items = item.session.items
+    if not any(Path(str(other.path)).name.startswith("test_real_vllm") for other in session_items):
+        return
+    from tests.real_servers import PRESTART_KEY, VLLM_SEQS2, prestart
+
+    folder = config._tmp_path_factory.mktemp("vllm-prestart")  # type: ignore[attr-defined]
+    config.stash[PRESTART_KEY] = prestart(VLLM_SEQS2, folder / "server.log")
+
+
+_PRESTART_CHECKED = pytest.StashKey[bool]()
+
+
 def _can_raise_priority() -> bool:
     return os.geteuid() == 0
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Stop a background setup that is still running (by its PID)."""
+    """Stop a pre-started server no test claimed, and a background setup still running (by PID)."""
+    from tests.real_servers import PRESTART_KEY
+
+    started = session.config.stash.get(PRESTART_KEY, None)
+    if started is not None:
+        started.stop_unclaimed()
     process = session.config.stash.get(_BACKGROUND_SETUP, None)
     if process is not None:
         from tests.real_servers import stop_background_setup

