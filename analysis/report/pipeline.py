@@ -16,7 +16,6 @@ from pathlib import Path
 
 import matplotlib
 import pandas as pd
-from matplotlib.figure import Figure
 
 from analysis.baseline import Baseline, baseline_medians
 from analysis.faults import outage_spells, step_faults
@@ -25,6 +24,7 @@ from analysis.inputs import input_columns, input_lines
 from analysis.loadaxis import RATE, load_axis, planned_levels
 from analysis.metrics import end_time_s, inflight_binned, inflight_series
 from analysis.outcome import RunOutcome, error_examples, error_lines, judge_outcome, outcome_line, request_counts
+from analysis.report.figures import FigureJob, save_figures
 from analysis.report.html import write_run_index
 from analysis.report.plots import plot_errors, plot_latency, plot_throughput, plot_timeline
 from analysis.report.sections import goodput_markdown, server_timings_markdown
@@ -505,6 +505,10 @@ def write_report(result: AnalysisResult, report_dir: Path | None = None) -> Anal
     level) or without a successful request they would be empty, so they are not written (and a
     stale copy from an earlier analysis is removed); ``paths`` then holds None for them.
 
+    The first half of the figures is drawn in a forked child while this process draws the rest
+    and writes the other files, when that is safe (:mod:`analysis.report.figures`); the files
+    are the same either way, byte for byte.
+
     Parameters
     ----------
     result : AnalysisResult
@@ -544,11 +548,14 @@ def write_report(result: AnalysisResult, report_dir: Path | None = None) -> Anal
     if "valid" in result.table.columns:
         invalid = frozenset(int(s) for s in result.table.loc[~result.table["valid"].astype(bool), "step"])
     steps = result.run.steps.iloc[0:0] if result.single_level else result.run.steps
-    with matplotlib.rc_context(PLOT_STYLE):
-        if drawn:
-            _save(paths.throughput_png, (9, 5.5), lambda ax: plot_throughput(ax, result.table, result.critical))
-            _save(paths.latency_png, (9, 5.5), lambda ax: plot_latency(ax, result.table, result.critical))
-        _save(
+    jobs = []
+    if drawn:
+        jobs += [
+            FigureJob(paths.throughput_png, (9, 5.5), lambda ax: plot_throughput(ax, result.table, result.critical)),
+            FigureJob(paths.latency_png, (9, 5.5), lambda ax: plot_latency(ax, result.table, result.critical)),
+        ]
+    jobs.append(
+        FigureJob(
             paths.timeline_png,
             (12, 5),
             lambda ax: plot_timeline(
@@ -562,28 +569,30 @@ def write_report(result: AnalysisResult, report_dir: Path | None = None) -> Anal
                 outages=result.outages,
             ),
         )
-        if judged:
-            _save(
+    )
+    if judged:
+        jobs.append(
+            FigureJob(
                 paths.errors_png,
                 (11, 5),
                 lambda ax: plot_errors(
                     ax, result.verdict.table, server_log=result.evidence is not None and result.evidence.log is not None
                 ),
             )
-    if judged:
-        write_verdict_json(result.verdict, paths.verdict_json, thresholds=result.thresholds)
-    elif baseline is not None:  # the baseline itself, and that no concurrency verdict applies
-        write_baseline_json(baseline, paths.verdict_json, thresholds=result.thresholds)
-    result.table.to_csv(paths.steps_csv, index=False)
-    paths.summary_md.write_text(summary_markdown(result), encoding="utf-8")
-    write_run_index(out, result.run.run_dir)
+        )
+
+    def write_data() -> None:
+        if judged:
+            write_verdict_json(result.verdict, paths.verdict_json, thresholds=result.thresholds)
+        elif baseline is not None:  # the baseline itself, and that no concurrency verdict applies
+            write_baseline_json(baseline, paths.verdict_json, thresholds=result.thresholds)
+        result.table.to_csv(paths.steps_csv, index=False)
+        paths.summary_md.write_text(summary_markdown(result), encoding="utf-8")
+
+    with matplotlib.rc_context(PLOT_STYLE):  # the forked children draw under it too
+        save_figures(jobs, meanwhile=write_data)
+    write_run_index(out, result.run.run_dir)  # links the PNGs that exist: after every figure
     return replace(result, paths=paths)
-
-
-def _save(path: Path, size_in: tuple[float, float], draw) -> None:
-    fig = Figure(figsize=size_in, layout="constrained")
-    draw(fig.add_subplot())
-    fig.savefig(path)
 
 
 def _display_rows(table: pd.DataFrame, *, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
