@@ -16,8 +16,8 @@ its figures and leaves with :func:`os._exit`. It is used only when that is safe:
   and the analysis's kneed import, are given a moment to finish; a thread in the middle of
   something could hold a lock the child then waits on for ever);
 - the process is not patched by gevent (a Locust master: its hub and its threads are not fork-safe);
-- the process may use two cores or more, and there are two figures or more (or one, and other
-  writes to do meanwhile).
+- Linux (not macOS: see :func:`fork_is_safe`), two usable cores or more, and two figures or
+  more (or one, and other writes to do meanwhile).
 
 Native threads that every such process has are fork-safe: OpenBLAS (numpy) and jemalloc (pyarrow)
 register ``pthread_atfork`` handlers, and the children call neither pyarrow nor a thread pool.
@@ -136,10 +136,11 @@ def save_figures(
 
 
 def fork_is_safe() -> bool:
-    """Whether :func:`save_figures` may fork: POSIX ``fork``, two usable cores or more, no gevent
-    patching, and no other Python thread alive once the background imports had
-    :data:`PRELOAD_JOIN_S` to end (the module docstring says why)."""
-    if not hasattr(os, "fork") or _usable_cores() < 2:
+    """Whether :func:`save_figures` may fork: Linux (on macOS a forked child of a process that
+    loaded system frameworks can crash; Python's own multiprocessing spawns there), two usable
+    cores or more, no gevent patching, and no other Python thread alive once the background
+    imports had :data:`PRELOAD_JOIN_S` to end (the module docstring says why)."""
+    if not sys.platform.startswith("linux") or _usable_cores() < 2:  # macOS: system libraries forbid it
         return False
     monkey = sys.modules.get("gevent.monkey")
     if monkey is not None and any(monkey.is_module_patched(name) for name in ("threading", "os", "socket")):
