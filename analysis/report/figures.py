@@ -26,8 +26,10 @@ child opens its own font files instead of sharing the parent's file offsets.
 
 A child that fails (an exception, a signal) costs nothing but time: this process then draws the
 child's figures itself, so the error raised is the one the serial path raises, with its own
-traceback, and a PNG is never silently missing. Each PNG is written under a temporary name and
-renamed, so a killed child leaves no half-written file.
+traceback, and a PNG is never silently missing. Each PNG (this process's too) is written under a
+temporary name and renamed, so an interrupted or killed analysis leaves no half-written PNG under
+its name; the child is killed with this process (``PR_SET_PDEATHSIG``), and the next analysis
+removes the temporary file a kill left behind.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class FigureJob:
 
 
 def save_figure(job: FigureJob) -> None:
-    """Draw ``job`` and write its PNG in one rendering pass.
+    """Draw ``job`` and write its PNG in one rendering pass, under a temporary name then renamed.
 
     The figure is made at the ``savefig.dpi`` rc setting and printed by its Agg canvas: the
     bytes are those of ``Figure.savefig`` (constrained layout runs inside the draw), without the
@@ -86,7 +88,12 @@ def save_figure(job: FigureJob) -> None:
     dpi = matplotlib.rcParams["savefig.dpi"]  # "figure": the figure's own, as savefig takes it
     fig = Figure(figsize=job.size_in, dpi=None if dpi == "figure" else dpi, layout="constrained")
     job.draw(fig.add_subplot())
-    FigureCanvasAgg(fig).print_png(job.path)
+    temp = _temp_path(job, os.getpid())
+    try:
+        FigureCanvasAgg(fig).print_png(temp)
+        os.replace(temp, job.path)  # never a half-written PNG under its name (Ctrl-C, a kill)
+    finally:
+        temp.unlink(missing_ok=True)
 
 
 def save_figures(
@@ -115,6 +122,9 @@ def save_figures(
         reaped before either propagates.
     """
     jobs = list(jobs)
+    for job in jobs:  # what an earlier analysis killed mid-write left (its own pid in the name)
+        for stale in job.path.parent.glob(f".{job.path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
     half = (len(jobs) + 1) // 2 if parallel and (len(jobs) >= 2 or meanwhile is not None) and fork_is_safe() else 0
     pid = _fork_drawing(jobs[:half]) if half else None  # None: serial, or the fork failed
     theirs = jobs[:half] if pid is not None else []
@@ -171,6 +181,7 @@ def _fork_drawing(group: list[FigureJob]) -> int | None:
     fork: the child ignores SIGINT (a terminal's Ctrl-C reaches the whole process group; this
     process decides) and dies of SIGTERM, SIGHUP and SIGQUIT, leaving its figures to this one."""
     stop = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT}
+    parent_pid = os.getpid()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     try:
         with warnings.catch_warnings():  # Python >= 3.12 warns of native threads: see the module docstring
@@ -188,13 +199,30 @@ def _fork_drawing(group: list[FigureJob]) -> int | None:
         for signum in stop - {signal.SIGINT}:
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        _die_with_parent(parent_pid)
         for job in group:
-            temp = _temp_path(job, os.getpid())
-            save_figure(FigureJob(path=temp, size_in=job.size_in, draw=job.draw))
-            os.replace(temp, job.path)
+            save_figure(job)
         code = 0
     finally:
         os._exit(code)  # never back into the parent's code (or a test runner's)
+
+
+PR_SET_PDEATHSIG = 1
+"""``prctl`` option (``linux/prctl.h``): the signal a process gets when the thread that forked it ends."""
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """In the child: be killed (SIGKILL) when this process's parent dies, so a parent killed by a
+    signal it does not handle (SIGTERM, SIGKILL) leaves no child drawing on into its report;
+    the next analysis removes the temporary file the child leaves (:func:`save_figures`)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no prctl: the child finishes its figures on its own
+        pass
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
 
 
 def _wait(pid: int) -> int:

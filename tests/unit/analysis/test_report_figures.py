@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,56 @@ def test_a_gevent_patched_process_never_forks(tmp_path):
     jobs = [FigureJob(tmp_path / f"{n}.png", (3, 2), lambda ax: pids.append(threading.get_native_id())) for n in "ab"]
     save_figures(jobs)
     assert len(pids) == 2 and all((tmp_path / f"{n}.png").exists() for n in "ab")
+
+
+def test_a_temporary_file_an_earlier_kill_left_is_removed(tmp_path):
+    stale = tmp_path / ".a.png.99999.tmp"  # an earlier analysis killed while its child wrote a.png
+    stale.write_bytes(b"")
+    other = tmp_path / ".notes.txt.99999.tmp"  # not a figure's: left alone
+    other.write_bytes(b"")
+    save_figures([FigureJob(tmp_path / "a.png", (3, 2), lambda ax: ax.plot([1, 2], [1, 2]))])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".notes.txt.99999.tmp", "a.png"]
+
+
+DIES_WITH_PARENT = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from pathlib import Path
+    from analysis.report.figures import FigureJob, save_figures
+
+    out, parent = Path(sys.argv[1]), os.getpid()
+
+    def in_child(ax):  # the child's figure: it would draw for 30 s
+        (out / "child.pid").write_text(str(os.getpid()))
+        time.sleep(30)
+
+    def in_parent(ax):  # this process's figure: once the child draws, this process is killed
+        while not (out / "child.pid").exists():
+            time.sleep(0.01)
+        os.kill(parent, signal.SIGKILL)
+
+    save_figures([FigureJob(out / "a.png", (3, 2), in_child), FigureJob(out / "b.png", (3, 2), in_parent)])
+    """
+)
+
+
+def test_the_child_dies_with_a_killed_analysis(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", DIES_WITH_PARENT, str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == -9, done.stderr  # killed, as `kill -9` or an OOM kill would
+    child = int((tmp_path / "child.pid").read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)  # not drawing on into the report for its 30 s
+    assert not (tmp_path / "a.png").exists()
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie not reaped yet counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
