@@ -246,20 +246,25 @@ def pytest_runtest_setup(item):
 
 
 def _prestart_vllm(item) -> None:
-    """At the first end-to-end test of a session that will run the real vLLM tests, start their
-    first server at idle priority (:class:`tests.real_servers.Prestart`): its ~90 s start then
-    overlaps the end-to-end and llama.cpp tests instead of adding to the suite's time."""
+    """At the first end-to-end test of a session that will run real vLLM tests, start their servers
+    at idle priority (:class:`tests.real_servers.Prestart`, ``PRESTARTED_BY_MODULE``): each ~90 s
+    start then overlaps the end-to-end and llama.cpp tests instead of adding to the suite's time."""
     config = item.config
     if _PRESTART_CHECKED in config.stash or not Path(str(item.path)).is_relative_to(TESTS / "e2e"):
         return
     config.stash[_PRESTART_CHECKED] = True
-    session_items = item.session.items
-    if not any(Path(str(other.path)).name.startswith("test_real_vllm") for other in session_items):
-        return
-    from tests.real_servers import PRESTART_KEY, VLLM_SEQS2, prestart
+    from tests.real_servers import PRESTART_KEY, PRESTARTED_BY_MODULE, prestart
 
-    folder = config._tmp_path_factory.mktemp("vllm-prestart")  # type: ignore[attr-defined]
-    config.stash[PRESTART_KEY] = prestart(VLLM_SEQS2, folder / "server.log")
+    specs = []
+    for module in sorted({Path(str(other.path)).name for other in item.session.items}):
+        specs += [spec for spec in PRESTARTED_BY_MODULE.get(module, ()) if spec not in specs]
+    started = []
+    for k, spec in enumerate(specs):
+        folder = config._tmp_path_factory.mktemp(f"vllm-prestart-{k}")  # type: ignore[attr-defined]
+        one = prestart(spec, folder / "server.log")
+        if one is not None:
+            started.append(one)
+    config.stash[PRESTART_KEY] = started
 
 
 _PRESTART_CHECKED = pytest.StashKey[bool]()
@@ -273,8 +278,7 @@ def pytest_sessionfinish(session, exitstatus):
     """Stop a pre-started server no test claimed, and a background setup still running (by PID)."""
     from tests.real_servers import PRESTART_KEY
 
-    started = session.config.stash.get(PRESTART_KEY, None)
-    if started is not None:
+    for started in session.config.stash.get(PRESTART_KEY, []):
         started.stop_unclaimed()
     process = session.config.stash.get(_BACKGROUND_SETUP, None)
     if process is not None:

