@@ -161,6 +161,8 @@ class _Started:
     serve: subprocess.Popen
     pid: int = 0
     """The server's PID, once ``serve.sh`` printed it (its last line, on success)."""
+    launched_at_s: float = field(default_factory=time.time)
+    """When the launch began (Unix s): a PID file older than this is another run's."""
 
 
 def _launch(spec: ServerSpec, log_path: Path, *, idle: bool) -> _Started:
@@ -212,11 +214,14 @@ _HOMES = {
 
 
 def _recorded_pid(started: _Started) -> int:
-    """The PID ``serve.sh`` recorded for this server's port (0 when none)."""
+    """The PID ``serve.sh`` recorded for this server's port during this launch (0 when none: a
+    file left by an earlier run on the same port names a process this session did not start)."""
     variable, default = _HOMES[started.spec.name]
-    home = Path(started.full_env.get(variable) or default)
+    path = Path(started.full_env.get(variable) or default) / f"server-{started.full_env['PORT']}.pid"
     try:
-        return int((home / f"server-{started.full_env['PORT']}.pid").read_text().split()[0])
+        if path.stat().st_mtime < started.launched_at_s - 1:
+            return 0
+        return int(path.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return 0
 
