@@ -133,6 +133,48 @@ def anchor_relative(rel_s: np.ndarray, lines: np.ndarray, log: LogText) -> float
     return float(diff.min()) if len(diff) else None
 
 
+OWN_AHEAD_TOLERANCE_S = 0.05
+"""How far a line's own stamp may come after its arrival stamp (stamp rounding, the two clocks'
+reads) before the server's clock counts as ahead of the capture's, s."""
+
+OWN_BEHIND_LIMIT_S = 2.0
+"""Smallest arrival - own over a log beyond which the server's clock counts as behind the
+capture's, s: more than any capture delay of the lines that arrive quickest (the file follower
+polls every 0.1 s; a command's pipe passes lines on as they come)."""
+
+
+def own_clock_offset_s(own_s: np.ndarray, arrival_s: np.ndarray) -> float:
+    """What to add to a log's own absolute stamps to put them on the run's clock (0.0 = nothing).
+
+    A line arrives after it is written, so on one clock ``arrival - own`` is at least 0 for every
+    line, and its minimum over the log is the capture's quickest delay: milliseconds. A minimum
+    below ``-OWN_AHEAD_TOLERANCE_S`` (lines arriving before they were written) or above
+    ``OWN_BEHIND_LIMIT_S`` means the server's clock is not the capture's: a server on another
+    host with its clock off, or a clock stepped before the run. Then the own stamps are moved by
+    that minimum, as llama.cpp's relative stamps are anchored (:func:`anchor_relative`); the
+    quickest line lands on its arrival and the spacing of the own stamps is kept. A skew between
+    0 and ``OWN_BEHIND_LIMIT_S`` cannot be told from a capture delay and is left; so is a clock
+    stepped during the run (one offset for the whole log). Own code: the field's clock rule, no
+    library has it.
+
+    Parameters
+    ----------
+    own_s, arrival_s : numpy.ndarray
+        Per line, Unix s (NaN where a line has no such stamp).
+
+    Returns
+    -------
+    float
+        Seconds to add to ``own_s``.
+    """
+    lag = np.asarray(arrival_s, float) - np.asarray(own_s, float)
+    lag = lag[np.isfinite(lag)]
+    if not len(lag):
+        return 0.0
+    quickest = float(lag.min())
+    return quickest if quickest < -OWN_AHEAD_TOLERANCE_S or quickest > OWN_BEHIND_LIMIT_S else 0.0
+
+
 def resolve(
     own_s: np.ndarray, lines: np.ndarray, log: LogText, clock: LogClock, *, prefer_own: bool = False
 ) -> tuple[np.ndarray, str]:
@@ -148,7 +190,8 @@ def resolve(
     clock : LogClock
     prefer_own : bool, default False
         In ``AUTO``, use the own stamp first (llama.cpp's relative stamps once anchored: they
-        are microsecond-exact where arrival stamps carry the capture's polling delay).
+        are microsecond-exact where arrival stamps carry the capture's polling delay), moved to
+        the run's clock when the server's clock is off (:func:`own_clock_offset_s`).
 
     Returns
     -------
@@ -162,13 +205,18 @@ def resolve(
         return own, "the lines' own stamps"
     if policy is TimeSource.ARRIVAL:
         return arrival, "arrival stamps taken during the run"
+    offset_s = own_clock_offset_s(own, arrival) if prefer_own else 0.0
+    own = own + offset_s
     first, second = (own, arrival) if prefer_own else (arrival, own)
     times = np.where(np.isfinite(first), first, second)
     used_arrival = np.isfinite(arrival) & ~(prefer_own & np.isfinite(own))
+    own_text = "the lines' own stamps"
+    if offset_s:
+        own_text += f" moved {offset_s:+.3f} s to the capture's clock (the server's clock differs)"
     if used_arrival.all() and len(times):
         how = "arrival stamps taken during the run"
     elif not used_arrival.any():
-        how = "the lines' own stamps"
+        how = own_text
     else:
-        how = f"arrival stamps ({int(used_arrival.sum())} lines) and own stamps (the rest)"
+        how = f"arrival stamps ({int(used_arrival.sum())} lines) and {own_text} (the rest)"
     return times, how

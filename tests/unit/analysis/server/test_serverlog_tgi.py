@@ -116,3 +116,33 @@ def test_startup_args_one_line_and_pretty():
     ]
     config = parse(pretty, reference_s=T0, family="tgi").config
     assert config.token_budget == 9000
+
+
+@pytest.mark.parametrize("skew_s", [5.0, -10.0])
+def test_a_server_clock_off_is_moved_to_the_capture_clock(skew_s):
+    # the TGI host's clock is off by skew_s; each line arrives 10-80 ms after it was written
+    true_ends = [T0 + 3.0, T0 + 4.0, T0 + 6.0]
+    delays = [0.08, 0.01, 0.03]
+    lines = [
+        text_success(true_ends[0] + skew_s, "500ms", "2s", "20ms"),
+        text_success(true_ends[1] + skew_s, "1s", "1.5s", "25ms"),
+        text_success(true_ends[2] + skew_s, "0ns", "1s", "20ms"),
+    ]
+    result = parse(lines, reference_s=T0, arrival_s=[t + d for t, d in zip(true_ends, delays, strict=True)])
+    s = result.series
+    # moved by the quickest line's lag (10 ms): every interval 10 ms after its true place
+    assert value_at(s, "running", T0 + 1.05) == 1.0 and value_at(s, "waiting", T0 + 0.6) == 1.0
+    assert value_at(s, "running", T0 + 0.95) == 0.0
+    assert value_at(s, "running", T0 + 2.7) == 2.0
+    assert value_at(s, "running", T0 + 5.5) == 1.0 and value_at(s, "running", T0 + 6.005) == 1.0
+    assert "moved" in result.time_source and f"{-skew_s + 0.01:+.3f}" in result.time_source
+
+
+def test_a_server_clock_that_agrees_keeps_its_exact_stamps():
+    # same clock, lines arriving 1-90 ms late: the own stamps stay as printed (exact), not moved
+    ends = [T0 + 3.0, T0 + 4.0]
+    lines = [text_success(ends[0], "500ms", "2s", "20ms"), text_success(ends[1], "1s", "1.5s", "25ms")]
+    result = parse(lines, reference_s=T0, arrival_s=[ends[0] + 0.09, ends[1] + 0.001])
+    assert value_at(result.series, "running", T0 + 1.0) == 1.0  # 1 s = 3.0 - 2 s, to the microsecond
+    assert value_at(result.series, "running", T0 + 0.9999) == 0.0
+    assert "moved" not in result.time_source
