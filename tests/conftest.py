@@ -137,7 +137,7 @@ PARALLEL_SAFE = (TESTS / "unit" / "analysis", TESTS / "unit" / "k8s")
 run on the second xdist worker, at :data:`PARALLEL_NICE`, beside the rest. Test modules directly in
 ``tests/unit`` are parallel-safe too. Everything else (the client, master, embedded-server, run and
 live-view unit tests, which bound latencies and stamps, and every end-to-end and real-server test)
-one work unit (:mod:`tests.serial_scheduling`): one worker runs it, in collection order, at
+is one work unit (:mod:`tests.serial_scheduling`): one worker runs it, in collection order, at
 normal priority, so a timing test never shares the machine with another timing test."""
 
 PARALLEL_NICE = 10
@@ -225,8 +225,8 @@ def _start_background_setup(config) -> None:
 
 
 def pytest_runtest_setup(item):
-    """Start the session's first real vLLM ahead (:func:`_prestart_vllm`); in an xdist worker,
-    run a parallel-safe test at :data:`PARALLEL_NICE`, any other at 0.
+    """Start the session's real vLLMs ahead (:func:`_prestart_vllm`); in an xdist worker, run a
+    parallel-safe test at :data:`PARALLEL_NICE`, any other at 0.
 
     ``setpriority`` on Linux sets the calling thread (the one running the tests); the processes
     and threads a test starts inherit it. Raising the nice again needs ``CAP_SYS_NICE``: without
@@ -236,7 +236,7 @@ def pytest_runtest_setup(item):
     if not _xdist_worker(item.config):
         return
     wanted = PARALLEL_NICE if parallel_safe(Path(str(item.path))) else 0
-    if wanted and not _can_raise_priority():
+    if wanted and not can_raise_priority():
         return
     try:
         if os.getpriority(os.PRIO_PROCESS, 0) != wanted:
@@ -270,7 +270,9 @@ def _prestart_vllm(item) -> None:
 _PRESTART_CHECKED = pytest.StashKey[bool]()
 
 
-def _can_raise_priority() -> bool:
+def can_raise_priority() -> bool:
+    """Whether this process may lower a nice value again (``CAP_SYS_NICE``: root), which the niced
+    parallel tests and the idle pre-started servers (:func:`tests.real_servers.prestart`) need."""
     return os.geteuid() == 0
 
 

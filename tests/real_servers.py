@@ -27,13 +27,13 @@ from pathlib import Path
 import pytest
 
 from llm_locust.run.launcher import free_port
-from tests.conftest import SHARED, require_shared
+from tests.conftest import SHARED, can_raise_priority, require_shared
 
 REAL_SERVERS = SHARED / "real-servers"
 SETUP_LOCK = Path.home() / ".cache" / "llm-locust" / "real-servers-setup.lock"
+"""The lock every ``setup.sh`` run of the tests holds (``flock``): one setup at a time."""
 PRESTART_LOCK = Path.home() / ".cache" / "llm-locust" / "real-servers-prestart.lock"
 """Held by each pre-start (:func:`prestart`) until its ``serve.sh`` returns: one start at a time."""
-"""The lock every ``setup.sh`` run of the tests holds (``flock``): one setup at a time."""
 
 
 def _setup_script(name: str) -> str:
@@ -330,7 +330,7 @@ class Prestart:
             restore_priority(pid)
             _wait_health(started.url, deadline, pid)
         _wait_ready(started, max(1.0, deadline - time.monotonic()), require_exit_0=False)
-        restore_priority(started.pid)
+        restore_priority(started.pid)  # again: a thread begun by an idle one during the first pass
         if log_path != self._started.log_path:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_path.symlink_to(self._started.log_path)
@@ -353,7 +353,7 @@ PRESTART_KEY = pytest.StashKey["list[Prestart]"]()
 def prestart(spec: ServerSpec, log_path: Path) -> Prestart | None:
     """Start ``spec`` at idle priority (:class:`Prestart`); None where its priority could not be
     restored later (not root)."""
-    if os.geteuid() != 0 or not (REAL_SERVERS / spec.name / "serve.sh").exists():
+    if not can_raise_priority() or not (REAL_SERVERS / spec.name / "serve.sh").exists():
         return None
     return Prestart(_launch(spec, log_path, idle=True))
 
