@@ -100,6 +100,43 @@ STAMP_TOLERANCE_MS = 5.0 + min(10.0, max(0.0, _host_wake_delay_ms()))
 5 ms goal plus the host's own wake-up delay, measured once when the tests start (at most 10 ms)."""
 
 
+class LoopLag:
+    """How late this process's event loop ran while entered: a greenlet sleeps ``tick_s`` again
+    and again and keeps its largest overshoot, :attr:`max_ms`.
+
+    A stamp taken from the kernel (a token's arrival) does not depend on when the process runs;
+    a timer (a TTFT, stall or total timeout) fires when the process next runs after it is due.
+    A timeout can be no more punctual than the loop around it, so a test of its punctuality
+    adds this lateness to its tolerance: on a quiet host it is well under 1 ms, and a process
+    held off its core for 10 ms (a compiler on the other core, as when CI builds llama.cpp in
+    the background) shows it. A watchdog late on its own account still fails: the probe, a plain
+    gevent timer in the same loop, was on time then.
+    """
+
+    def __init__(self, tick_s: float = 0.002) -> None:
+        self.tick_s = tick_s
+        self.max_ms = 0.0
+        self._runner = None
+
+    def _run(self) -> None:
+        import gevent
+
+        while True:
+            started = time.perf_counter()
+            gevent.sleep(self.tick_s)
+            self.max_ms = max(self.max_ms, (time.perf_counter() - started - self.tick_s) * 1000)
+
+    def __enter__(self) -> LoopLag:
+        import gevent
+
+        self._runner = gevent.spawn(self._run)
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        assert self._runner is not None
+        self._runner.kill()
+
+
 def server_log(process: subprocess.Popen) -> dict:
     """What the scripted server printed (call after it was killed): ``connections`` (count),
     ``requests`` (request lines), ``bodies`` (request bodies, bytes, in order), ``sent`` (as
