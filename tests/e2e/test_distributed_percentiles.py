@@ -61,7 +61,7 @@ def test_two_workers_report_the_percentiles_of_requests_csv(two_worker_run):
     assert report["achieved_concurrency"] == pytest.approx(6, abs=1.0)
     # the pooled ITL the master accumulated as the rows came: numpy on each row's raw values
     pieces = [request_itl(r.ttft_ms, r.e2e_ms, r.output_tokens, r.token_times_us, r.event_tokens)
-              for r in ok.fillna({"token_times_us": "", "event_tokens": ""}).itertuples(index=False)]  # fmt: skip
+              for r in ok.astype({"token_times_us": object, "event_tokens": object}).fillna({"token_times_us": "", "event_tokens": ""}).itertuples(index=False)]  # fmt: skip
     values, weights = np.concatenate([v for v, _ in pieces]), np.concatenate([w for _, w in pieces])
     gaps = np.concatenate([np.diff([float(t) for t in str(cell).split()]) / 1000.0 for cell in ok["token_times_us"]])
     assert len(values) > 100
