@@ -9,6 +9,9 @@ Every process this module starts is stopped by it, by PID, if it is still runnin
 
 from __future__ import annotations
 
+import json
+import os
+import select
 import signal
 import socket
 import subprocess
@@ -124,40 +127,131 @@ def stop_process(process: subprocess.Popen, *, grace_s: float = GRACE_S) -> None
         process.wait(timeout=10)
 
 
+def can_watch_forked() -> bool:
+    """Whether this system lets the launcher watch a process it did not start: Linux's pidfds
+    (:func:`os.pidfd_open`, Linux 5.3 and later), which :class:`ForkedProcess` needs."""
+    if not hasattr(os, "pidfd_open") or not hasattr(signal, "pidfd_send_signal"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:  # ENOSYS: an older kernel, or a sandbox without the call
+        return False
+    return True
+
+
+class ForkedProcess:
+    """A worker that the booted master forked (:mod:`llm_locust.run.boot`): a process this one did
+    not start, watched through a pidfd (Linux 5.3 and later), so a recycled process id is never
+    signalled.
+
+    The part of :class:`subprocess.Popen` that :func:`run_locust` uses: ``pid``, ``args``,
+    :meth:`poll`, :meth:`wait`, :meth:`terminate`, :meth:`kill`. Its exit status belongs to its
+    parent, the master (which reaps it), not to this process: :attr:`returncode` only says that
+    it has ended (:data:`ENDED`), never how.
+
+    Parameters
+    ----------
+    pid : int
+        The worker's process id, as the master reported it.
+    """
+
+    ENDED = 0
+    """:attr:`returncode` once the process has ended (its real status is not readable here)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.args = ["forked", "--worker"]
+        self.returncode: int | None = None
+        try:
+            self._fd: int | None = os.pidfd_open(pid)
+        except ProcessLookupError:  # ended (and reaped) already
+            self._fd, self.returncode = None, self.ENDED
+
+    def _ended(self, timeout_s: float | None) -> bool:
+        if self._fd is None:
+            return True
+        readable, _, _ = select.select([self._fd], [], [], timeout_s)
+        if readable:  # a pidfd reads as ready once its process has exited
+            os.close(self._fd)
+            self._fd, self.returncode = None, self.ENDED
+        return bool(readable)
+
+    def poll(self) -> int | None:
+        """:data:`ENDED` once the process has ended, else None."""
+        self._ended(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait until the process has ended (at most ``timeout`` s; None: no bound).
+
+        Raises
+        ------
+        subprocess.TimeoutExpired
+            It was still running after ``timeout`` s.
+        """
+        if not self._ended(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return self.ENDED
+
+    def _signal(self, signum: int) -> None:
+        if self._fd is not None:
+            try:
+                signal.pidfd_send_signal(self._fd, signum)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        """SIGTERM, unless it has ended."""
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL, unless it has ended."""
+        self._signal(signal.SIGKILL)
+
+
 class BootedLocust:
     """Locust processes started at once (:mod:`llm_locust.run.boot`), told their command line later.
 
     Parameters
     ----------
     workers : int
-        Worker processes to start besides the master (>= 0).
+        Local workers of the run besides the master (>= 0).
     plugin : bool
         The run's locustfile is one of llm-locust's (``locustfiles/``): preload
         :data:`llm_locust.run.boot.PRELOADED`.
+    fork : bool, optional
+        The master's process forks the workers when it is told its line (:meth:`go` with
+        ``workers``), so Locust is imported once for all of them; otherwise each worker is a
+        process of its own, started here. Default: fork where :func:`can_watch_forked`.
 
     Attributes
     ----------
     master : subprocess.Popen or None
         The master's process until :meth:`take_master` hands it out.
     workers : list of subprocess.Popen
-        The workers' processes not yet handed out.
+        The workers' processes not yet handed out (none when the master forks them).
+    fork_workers : int
+        Workers the master is to fork (``workers`` when forking, else 0).
 
     Every process is in a session of its own (a terminal's Ctrl-C reaches only the launcher) and
     inherits the launcher's environment; none sends anything before :meth:`go`. Its command line
-    names its role (``--master`` or ``--worker``) from the start.
+    names its role (``--master`` or ``--worker``) from the start (a forked worker keeps its
+    master's).
     """
 
-    def __init__(self, workers: int, *, plugin: bool) -> None:
+    def __init__(self, workers: int, *, plugin: bool, fork: bool | None = None) -> None:
+        fork = can_watch_forked() if fork is None else fork
+        self.fork_workers = workers if fork else 0
         command = [sys.executable, "-m", "llm_locust.run.boot", *(["--plugin"] if plugin else [])]
-        self.master: subprocess.Popen | None = self._start([*command, "--master"])
-        self.workers = [self._start([*command, "--worker"]) for _ in range(workers)]
+        self.master: subprocess.Popen | None = self._start([*command, "--master"], pipe_out=bool(self.fork_workers))
+        self.workers = [] if fork else [self._start([*command, "--worker"]) for _ in range(workers)]
 
     @staticmethod
-    def _start(command: list[str]) -> subprocess.Popen:
+    def _start(command: list[str], *, pipe_out: bool = False) -> subprocess.Popen:
         return subprocess.Popen(
             command,
             stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if pipe_out else subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
@@ -172,29 +266,65 @@ class BootedLocust:
         return self.workers.pop(0) if self.workers else None
 
     @staticmethod
-    def go(process: subprocess.Popen, command: list[str], log: Path, api_key: str | None) -> bool:
+    def go(process: subprocess.Popen, command: list[str], log: Path, api_key: str | None, workers=()) -> bool:
         """Send ``process`` its Locust command line (``command``: ``python -m locust …``) and log.
+
+        ``workers``: ``(command, log)`` pairs of the workers it is to fork first (a master booted
+        with ``fork``); their process ids then come from :meth:`forked`.
 
         Returns
         -------
         bool
             False when the process had ended before (then it runs nothing: start it otherwise).
+
+        Raises
+        ------
+        ValueError
+            A command that is not ``python -m locust``, a role other than the one the process
+            was booted as, or workers for a process that cannot report them.
         """
         assert process.stdin is not None
         if process.poll() is not None:
             return False
         prefix = [sys.executable, "-m", "locust"]
-        if command[: len(prefix)] != prefix:
-            raise ValueError(f"not a `python -m locust` command: {command[:3]}")
         role = process.args[-1] if isinstance(process.args, list) else None
-        if role in ("--master", "--worker") and role not in command:
-            raise ValueError(f"a process booted as {role} given another role: {command}")
+        for index, one in enumerate([command, *(worker for worker, _ in workers)]):
+            if one[: len(prefix)] != prefix:
+                raise ValueError(f"not a `python -m locust` command: {one[:3]}")
+            wanted = role if index == 0 else "--worker"
+            if wanted in ("--master", "--worker") and wanted not in one:
+                raise ValueError(f"a process booted as {wanted} given another role: {one}")
+        if workers and process.stdout is None:
+            raise ValueError("this process was booted without a pipe to report the workers it forks")
+        message = go_message(
+            command[len(prefix) :], str(log), api_key, [(worker[len(prefix) :], str(path)) for worker, path in workers]
+        )
         try:
-            process.stdin.write(go_message(command[len(prefix) :], str(log), api_key))
+            process.stdin.write(message)
             process.stdin.close()
         except (BrokenPipeError, OSError):
             return False
         return True
+
+    @staticmethod
+    def forked(process: subprocess.Popen, *, timeout_s: float = 10.0) -> list[ForkedProcess]:
+        """The workers ``process`` forked after :meth:`go` with ``workers`` (its first line on its
+        standard output): an empty list when it ended, or said nothing within ``timeout_s``."""
+        if process.stdout is None:
+            return []
+        fd, line, deadline = process.stdout.fileno(), b"", time.monotonic() + timeout_s
+        while not line.endswith(b"\n"):
+            readable, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(fd, 4096) if readable else b""
+            if not chunk:
+                break
+            line += chunk
+        process.stdout.close()  # the one line it writes there: its output goes to its log now
+        try:
+            pids = json.loads(line)["workers"]
+        except (ValueError, KeyError, TypeError):
+            return []
+        return [ForkedProcess(int(pid)) for pid in pids]
 
     def cancel(self) -> None:
         """End every process not handed out (SIGTERM: they are still importing or waiting for
@@ -202,11 +332,12 @@ class BootedLocust:
         left = [p for p in (self.master, *self.workers) if p is not None]
         self.master, self.workers = None, []
         for process in left:
-            try:
-                assert process.stdin is not None
-                process.stdin.close()
-            except OSError:
-                pass
+            for pipe in (process.stdin, process.stdout):
+                try:
+                    if pipe is not None:
+                        pipe.close()
+                except OSError:
+                    pass
             if process.poll() is None:
                 process.terminate()
         for process in left:
@@ -393,13 +524,22 @@ def _start_and_wait(
     command, api_key = api_key_out_of_argv(run.master_command(port))
     env = child_env(api_key)
     booted = run.booted
-    master = _start_locust(command, run.run_dir / "locust_master.log", env, api_key, logs,
-                           booted.take_master() if booted else None)  # fmt: skip
-    processes.append(master)
+    worker_logs = [run.run_dir / f"locust_worker_{index}.log" for index in range(run.workers)]
+    master_log = run.run_dir / "locust_master.log"
+    booted_master = booted.take_master() if booted else None
+    forking = booted is not None and booted_master is not None and booted.fork_workers == run.workers > 0
+    if forking and BootedLocust.go(
+        booted_master, command, master_log, api_key, [(run.worker_command(port), log) for log in worker_logs]
+    ):
+        processes.append(booted_master)
+        processes.extend(BootedLocust.forked(booted_master))
+        worker_logs = worker_logs[len(processes) - 1 :]  # those it did not fork (none, unless it failed)
+    else:
+        processes.append(_start_locust(command, master_log, env, api_key, logs, booted_master))
+    master = processes[0]
     if run.web_url is not None:
         echo(f"web UI: {run.web_url}?tab=llm  (LLM tab; stays up {run.web_linger_s:.0f} s after the run ends)")
-    for index in range(run.workers):
-        log_path = run.run_dir / f"locust_worker_{index}.log"
+    for log_path in worker_logs:
         processes.append(
             _start_locust(
                 run.worker_command(port), log_path, env, api_key, logs, booted.take_worker() if booted else None

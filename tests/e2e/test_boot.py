@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import time
 
 import pytest
 
-from llm_locust.run.launcher import BootedLocust
+from llm_locust.run.launcher import BootedLocust, ForkedProcess, can_watch_forked, free_port
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_booted_process_becomes_python_m_locust_with_the_line_it_is_sent(tmp_path):
-    booted = BootedLocust(1, plugin=True)
+    booted = BootedLocust(1, plugin=True, fork=False)
     try:
         master, worker = booted.take_master(), booted.take_worker()
         assert master is not None and worker is not None and booted.take_worker() is None
@@ -31,7 +34,7 @@ def test_a_booted_process_becomes_python_m_locust_with_the_line_it_is_sent(tmp_p
 
 
 def test_a_cancelled_boot_ends_and_a_command_not_locusts_is_refused(tmp_path):
-    booted = BootedLocust(2, plugin=False)
+    booted = BootedLocust(2, plugin=False, fork=False)
     master = booted.take_master()
     try:
         with pytest.raises(ValueError):
@@ -45,3 +48,92 @@ def test_a_cancelled_boot_ends_and_a_command_not_locusts_is_refused(tmp_path):
     assert all(p.poll() is not None for p in workers) and not booted.workers
     booted.cancel()  # again: nothing left
     assert not list(tmp_path.iterdir())
+
+
+LOCUST = [sys.executable, "-m", "locust"]
+
+
+def _parent_pid(pid: int) -> int:
+    """The parent's process id from ``/proc/PID/stat`` (the field after the state)."""
+    stat = open(f"/proc/{pid}/stat").read()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.skipif(not can_watch_forked(), reason="needs Linux pidfds")
+def test_a_booted_master_forks_its_workers_each_with_its_own_log_and_they_are_watched_by_pidfd(tmp_path):
+    booted = BootedLocust(2, plugin=False)
+    assert booted.fork_workers == 2 and booted.workers == [] and booted.take_worker() is None
+    master = booted.take_master()
+    assert master is not None
+    # a worker with no master keeps trying to connect: alive until it is told to stop
+    port = free_port()
+    locustfile = tmp_path / "lf.py"
+    locustfile.write_text(
+        "from locust import User, task\n\nclass U(User):\n    @task\n    def t(self):\n        pass\n"
+    )
+    waiting = [*LOCUST, "-f", str(locustfile), "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+    logs = [tmp_path / "w0.log", tmp_path / "w1.log"]
+    try:
+        with pytest.raises(ValueError):  # a worker's command must say --worker
+            BootedLocust.go(master, [*LOCUST, "--master", "--version"], tmp_path / "m.log", None,
+                            [([*LOCUST, "--version"], logs[0])])  # fmt: skip
+        assert BootedLocust.go(master, [*LOCUST, "--master", "--version"], tmp_path / "m.log", None,
+                               [(waiting, logs[0]), (waiting, logs[1])])  # fmt: skip
+        workers = BootedLocust.forked(master)
+        assert len(workers) == 2 and all(isinstance(w, ForkedProcess) for w in workers)
+        assert len({w.pid for w in workers} | {master.pid}) == 3
+        assert master.wait(timeout=60) == 0  # the master's own line: --version, then exit
+        assert (tmp_path / "m.log").read_text().startswith("locust 2.")
+        for worker in workers:
+            assert worker.poll() is None  # still trying to reach its master
+            with pytest.raises(ChildProcessError):  # not this process's child: the master's
+                os.waitpid(worker.pid, os.WNOHANG)
+            with pytest.raises(subprocess.TimeoutExpired):
+                worker.wait(timeout=0.2)
+        deadline = time.monotonic() + 60
+        while not all(log.exists() and "Starting Locust" in log.read_text() for log in logs):
+            assert time.monotonic() < deadline, [log.read_text() if log.exists() else None for log in logs]
+            time.sleep(0.1)
+        workers[0].terminate()
+        assert workers[0].wait(timeout=30) == ForkedProcess.ENDED and workers[0].poll() == ForkedProcess.ENDED
+        assert workers[1].poll() is None  # the signal went to that process only
+        workers[1].kill()
+        workers[1].wait(timeout=30)
+        workers[1].kill()  # ended: nothing to signal, no error
+    finally:
+        booted.cancel()
+        for worker in locals().get("workers", []):
+            worker.kill()
+
+
+@pytest.mark.skipif(not can_watch_forked(), reason="needs Linux pidfds")
+def test_a_forked_worker_is_its_masters_child_while_both_run(tmp_path):
+    booted = BootedLocust(1, plugin=False)
+    master = booted.take_master()
+    port = free_port()
+    locustfile = tmp_path / "lf.py"
+    locustfile.write_text(
+        "from locust import User, task\n\nclass U(User):\n    @task\n    def t(self):\n        pass\n"
+    )
+    common = [*LOCUST, "-f", str(locustfile)]
+    master_command = [*common, "--master", "--headless", "--master-bind-host", "127.0.0.1",
+                      "--master-bind-port", str(port), "--expect-workers", "1", "-u", "1", "-t", "2s"]  # fmt: skip
+    worker_command = [*common, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+    workers: list = []
+    try:
+        assert BootedLocust.go(master, master_command, tmp_path / "m.log", None, [(worker_command, tmp_path / "w.log")])
+        workers = BootedLocust.forked(master)
+        assert [_parent_pid(w.pid) for w in workers] == [master.pid]
+        deadline = time.monotonic() + 10  # it renames itself first thing after the fork
+        while "--worker" not in (shown := open(f"/proc/{workers[0].pid}/cmdline").read().replace("\0", " ").split()):
+            assert time.monotonic() < deadline, shown
+            time.sleep(0.01)
+        assert "--master" not in shown, shown  # ps shows its role
+        assert master.wait(timeout=60) == 0  # the test ran with the forked worker, then quit
+        workers[0].wait(timeout=30)  # told to quit by its master
+        master_log = (tmp_path / "m.log").read_text()
+        assert "1 workers connected" in master_log, master_log
+    finally:
+        booted.cancel()
+        for worker in workers:
+            worker.kill()

@@ -59,3 +59,27 @@ def test_entry_points_are_read_once_and_answered_as_before(monkeypatch):
             assert result == expected
         assert reads == [{}]
     assert metadata.entry_points is counted
+
+
+def test_a_masters_line_carries_the_workers_it_forks():
+    line = go_message(["--master"], "m.log", None, [(["--worker", "-f", "x.py"], "w0.log"), (["--worker"], "w1.log")])
+    assert json.loads(line) == {"argv": ["--master"], "log": "m.log",
+                                "workers": [{"argv": ["--worker", "-f", "x.py"], "log": "w0.log"},
+                                            {"argv": ["--worker"], "log": "w1.log"}]}  # fmt: skip
+    assert read_go(io.BytesIO(line))["workers"][1] == {"argv": ["--worker"], "log": "w1.log"}
+    assert "workers" not in json.loads(go_message(["--master"], "m.log", None, []))
+
+
+@pytest.mark.parametrize(
+    "workers",
+    [
+        {"argv": [], "log": "l"},
+        [{"argv": ["x"]}],
+        [{"argv": [1], "log": "l"}],
+        ["--worker"],
+        [{"argv": "x", "log": "l"}],
+    ],
+)
+def test_malformed_workers_are_refused(workers):
+    with pytest.raises(ValueError):
+        read_go(io.BytesIO(json.dumps({"argv": [], "log": "l", "workers": workers}).encode() + b"\n"))
