@@ -8,7 +8,7 @@ from pathlib import Path
 
 from analysis.inputs import input_lines
 from analysis.outcome import RunOutcome, error_lines
-from analysis.report.pipeline import analyze_run, config_line, critical_line, format_table
+from analysis.report.pipeline import ReportWriteError, analyze_run, config_line, critical_line, format_table
 from analysis.report.sections import goodput_line
 from analysis.report.verdict import verdict_lines
 from analysis.rundir import RunDirError
@@ -151,6 +151,8 @@ def print_result(result) -> None:
     for line in input_lines(result.table)[2:-1]:  # without the heading and the blank line
         print("Inputs: " + line[2:].replace("**", ""))
     paths = result.paths
+    if paths is None:  # not written (ReportWriteError)
+        return
     print()
     for label, path in (
         ("Throughput", paths.throughput_png),
@@ -196,6 +198,10 @@ def run(args: argparse.Namespace) -> int:
             fail_on=fail_on,
         )
     except (RunDirError, ValueError) as exc:
+        print(f"llm-locust analyze: error: {exc}", file=sys.stderr)
+        return 2
+    except ReportWriteError as exc:  # the analysis is printed, the files are not there
+        print_result(exc.result)
         print(f"llm-locust analyze: error: {exc}", file=sys.stderr)
         return 2
     print_result(result)

@@ -461,6 +461,8 @@ def analyze_run(
     ------
     analysis.rundir.RunDirError
         If the run directory is missing files or holds unreadable data.
+    ReportWriteError
+        ``write`` and the report could not be written; the analysis is its ``result``.
     """
     _preload_kneed(Path(run_dir))
     run = load_run(run_dir, server_log=server_log, server_log_format=server_log_format, unread=LAZY_REQUEST_COLUMNS)
@@ -473,7 +475,31 @@ def analyze_run(
         slo=slo,
         fail_on=fail_on,
     )
-    return write_report(result) if write else result
+    if not write:
+        return result
+    try:
+        return write_report(result)
+    except OSError as exc:
+        raise ReportWriteError(result, exc) from exc
+
+
+class ReportWriteError(Exception):
+    """The report could not be written (a file where its folder should be, no permission, a full
+    disk): the analysis was done and is kept in :attr:`result` (``paths`` None), the run directory's
+    data is untouched.
+
+    Parameters
+    ----------
+    result : AnalysisResult
+        The analysis, without written files.
+    cause : OSError
+        What the write raised; its file name and reason make the message.
+    """
+
+    def __init__(self, result: AnalysisResult, cause: OSError) -> None:
+        where = f" {cause.filename}" if cause.filename else ""
+        super().__init__(f"cannot write the report:{where}: {cause.strerror or cause}")
+        self.result = result
 
 
 def _preload_kneed(run_dir: Path) -> None:

@@ -139,7 +139,7 @@ def analyze_and_print(run_dir: Path, *, prog: str, fail_on: tuple = ()) -> tuple
         directory cannot be read or a threshold names a step the run has not (one line on stderr).
     """
     from analysis.cli import print_result
-    from analysis.report.pipeline import analyze_run
+    from analysis.report.pipeline import ReportWriteError, analyze_run
     from analysis.rundir import RunDirError
 
     try:
@@ -147,6 +147,10 @@ def analyze_and_print(run_dir: Path, *, prog: str, fail_on: tuple = ()) -> tuple
     except (RunDirError, ValueError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2, None
+    except ReportWriteError as exc:  # the verdict is printed; the files could not be written
+        print_result(exc.result)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2, exc.result
     print_result(result)
     return result.exit_code, result
 

@@ -106,3 +106,34 @@ def test_a_schema_version_this_analysis_does_not_know_is_refused_in_one_line(int
         "(this analysis reads [1])"
     )
     assert not (run_dir / "report").exists()  # nothing half-written
+
+
+def test_a_report_that_cannot_be_written_is_one_line_after_the_verdict_and_the_data_is_untouched(intact, tmp_path,
+                                                                                                  capsys):  # fmt: skip
+    """A file where the report's folder goes (as a read-only or full disk would refuse it): the
+    analysis is still printed, then one line says which file could not be written (exit 2)."""
+    run_dir = _copy(intact[0], tmp_path)
+    (run_dir / "report").write_text("not a folder")
+    before = {path.name: path.read_bytes() for path in run_dir.iterdir()}
+
+    assert main([str(run_dir)]) == 2
+
+    out, err = capsys.readouterr()
+    assert err.strip() == f"llm-locust analyze: error: cannot write the report: {run_dir / 'report'}: File exists"
+    assert "Critical concurrency: 4" in out and "Traceback" not in out + err
+    assert "Summary:" not in out  # no file is named as written
+    assert {path.name: path.read_bytes() for path in run_dir.iterdir()} == before
+
+
+def test_run_prints_the_verdict_and_one_line_when_its_report_cannot_be_written(intact, tmp_path, capsys):
+    from llm_locust.run.postrun import analyze_and_print
+
+    run_dir = _copy(intact[0], tmp_path)
+    (run_dir / "report").write_text("not a folder")
+
+    code, result = analyze_and_print(run_dir, prog="llm-locust run")
+
+    out, err = capsys.readouterr()
+    assert code == 2 and result is not None and result.critical.users == 4
+    assert err.strip() == f"llm-locust run: error: cannot write the report: {run_dir / 'report'}: File exists"
+    assert "Critical concurrency: 4" in out
