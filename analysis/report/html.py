@@ -13,6 +13,8 @@ import os
 from html import escape
 from pathlib import Path
 
+from analysis.report.atomicwrite import write_text_atomic
+
 RUN_PNGS: tuple[str, ...] = ("throughput.png", "latency.png", "timeline.png", "errors.png")
 """Single-run figures shown (those that exist)."""
 
@@ -116,5 +118,4 @@ def write_run_index(report: Path, run_dir: Path) -> Path:
         *report_html(report, report, summary_open=True),
     ]
     path = report / "index.html"
-    path.write_text(page(f"llm-locust run: {run_dir.name}", body), encoding="utf-8")
-    return path
+    return write_text_atomic(path, page(f"llm-locust run: {run_dir.name}", body))

@@ -24,6 +24,7 @@ from analysis.inputs import input_columns, input_lines
 from analysis.loadaxis import RATE, load_axis, planned_levels
 from analysis.metrics import end_time_s, inflight_binned, inflight_series
 from analysis.outcome import RunOutcome, error_examples, error_lines, judge_outcome, outcome_line, request_counts
+from analysis.report.atomicwrite import write_text_atomic
 from analysis.report.figures import FigureJob, save_figures
 from analysis.report.html import write_run_index
 from analysis.report.plots import plot_errors, plot_latency, plot_throughput, plot_timeline
@@ -612,8 +613,8 @@ def write_report(result: AnalysisResult, report_dir: Path | None = None) -> Anal
             write_verdict_json(result.verdict, paths.verdict_json, thresholds=result.thresholds)
         elif baseline is not None:  # the baseline itself, and that no concurrency verdict applies
             write_baseline_json(baseline, paths.verdict_json, thresholds=result.thresholds)
-        result.table.to_csv(paths.steps_csv, index=False)
-        paths.summary_md.write_text(summary_markdown(result), encoding="utf-8")
+        write_text_atomic(paths.steps_csv, result.table.to_csv(index=False))
+        write_text_atomic(paths.summary_md, summary_markdown(result))
 
     with matplotlib.rc_context(PLOT_STYLE):  # the forked children draw under it too
         save_figures(jobs, meanwhile=write_data)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from analysis.baseline import Baseline
 from analysis.loadaxis import RATE, load_axis
+from analysis.report.atomicwrite import write_text_atomic
 from analysis.verdict.types import Verdict, _number
 
 SCHEMA_VERSION = 1
@@ -63,10 +64,7 @@ def verdict_json(verdict: Verdict, thresholds: Sequence = ()) -> dict:
 
 def write_verdict_json(verdict: Verdict, path: Path, *, thresholds: Sequence = ()) -> Path:
     """Write :func:`verdict_json` to ``path`` (UTF-8, indented); returns ``path``."""
-    path.write_text(
-        json.dumps(verdict_json(verdict, thresholds), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
-    return path
+    return write_text_atomic(path, json.dumps(verdict_json(verdict, thresholds), indent=2, ensure_ascii=False) + "\n")
 
 
 BASELINE_NOTE = (
@@ -110,11 +108,9 @@ def baseline_verdict_json(baseline: Baseline, thresholds: Sequence = ()) -> dict
 
 def write_baseline_json(baseline: Baseline, path: Path, *, thresholds: Sequence = ()) -> Path:
     """Write :func:`baseline_verdict_json` to ``path`` (UTF-8, indented); returns ``path``."""
-    path.write_text(
-        json.dumps(baseline_verdict_json(baseline, thresholds), indent=2, ensure_ascii=False) + "\n",
-        encoding="utf-8",
+    return write_text_atomic(
+        path, json.dumps(baseline_verdict_json(baseline, thresholds), indent=2, ensure_ascii=False) + "\n"
     )
-    return path
 
 
 def _users(value: float) -> int | float:
