@@ -15,6 +15,7 @@ from pathlib import Path
 
 from analysis.compare.report import PNG_NAMES, Comparison
 from analysis.compare.table import table_cells
+from analysis.report.atomicwrite import write_text_atomic
 from analysis.report.html import link, page, report_html
 
 
@@ -108,6 +109,4 @@ def write_index(
     for name, folder, notes in rounds:
         body += _round_html(base, name, folder, notes)
     text = page("llm-locust diagnosis", body)
-    path = base / "index.html"
-    path.write_text(text, encoding="utf-8")
-    return path
+    return write_text_atomic(base / "index.html", text)

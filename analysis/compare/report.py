@@ -31,6 +31,7 @@ from analysis.compare.plots import plot_rounds_throughput, plot_rounds_ttft, plo
 from analysis.compare.rounds import RoundSummary, summarize_round
 from analysis.compare.table import markdown_round_table, round_table, rounds_axis
 from analysis.loadaxis import RATE
+from analysis.report.atomicwrite import write_text_atomic
 from analysis.report.pipeline import PLOT_STYLE
 
 PNG_NAMES: tuple[str, ...] = ("throughput_by_round.png", "ttft_by_round.png", "single_decode_by_round.png")
@@ -230,11 +231,11 @@ def write_comparison(comparison: Comparison, out_dir: Path | str) -> Comparison:
     (created if missing); returns the comparison with ``out_dir`` set."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(
-        json.dumps(comparison_json(comparison), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    write_text_atomic(
+        out / "compare.json", json.dumps(comparison_json(comparison), indent=2, ensure_ascii=False) + "\n"
     )
-    comparison.table.to_csv(out / "rounds.csv", index=False)
-    (out / "summary.md").write_text(summary_markdown(comparison), encoding="utf-8")
+    write_text_atomic(out / "rounds.csv", comparison.table.to_csv(index=False))
+    write_text_atomic(out / "summary.md", summary_markdown(comparison))
     cells = comparison.change_cells
     drawers = (plot_rounds_throughput, plot_rounds_ttft, plot_single_decode)
     with matplotlib.rc_context(PLOT_STYLE):
