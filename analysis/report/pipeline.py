@@ -217,8 +217,10 @@ class AnalysisResult:
 
     @property
     def vs_concurrency(self) -> bool:
-        """Whether throughput and latency can be drawn against concurrency (a ladder, a success)."""
-        return self.outcome is RunOutcome.MEASURED and not self.single_level
+        """Whether throughput and latency can be drawn against concurrency: a success, and two
+        load levels or more (one point, a baseline or a one-step ladder, is no curve: its figures
+        are in the table and the timeline)."""
+        return self.outcome is RunOutcome.MEASURED and not self.single_level and len(self.table) >= 2
 
 
 def analyze(
@@ -528,8 +530,9 @@ def _import_quietly(name: str) -> None:
 def write_report(result: AnalysisResult, report_dir: Path | None = None) -> AnalysisResult:
     """Write throughput/latency/timeline PNGs, ``steps.csv``, ``summary.md`` and ``index.html``.
 
-    The throughput and latency plots are drawn against concurrency: without a ladder (one load
-    level) or without a successful request they would be empty, so they are not written (and a
+    The throughput and latency plots are drawn against concurrency: with one load level (a
+    baseline, ``--shape none``, a one-step ladder) they would hold one point, without a successful
+    request none, so they are not written (and a
     stale copy from an earlier analysis is removed); ``paths`` then holds None for them.
 
     The first half of the figures is drawn in a forked child while this process draws the rest

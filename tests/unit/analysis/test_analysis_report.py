@@ -102,7 +102,25 @@ def test_baseline_run(tmp_path):
     row = result.table.iloc[0]
     assert row["ttft_p50_ms"] == 100.0 and row["decode_tps_p50"] == pytest.approx(50.0)
     assert result.critical.users is None and result.critical.evidence[-1] == BASELINE_NOTE
+    # one load level: no curve against concurrency, the timeline only
+    assert result.paths.throughput_png is None and result.paths.latency_png is None
+    assert sorted(p.name for p in (run_dir / "report").glob("*.png")) == ["timeline.png"]
+    _assert_png(result.paths.timeline_png)
+    assert "(throughput.png)" not in (run_dir / "report" / "summary.md").read_text()
+
+
+def test_a_one_step_ladder_draws_no_curve_and_a_second_analysis_of_two_steps_does(tmp_path):
+    requests = [make_request(T0 + 1.0 + k) for k in range(4)]
+    run_dir = write_run_dir(tmp_path / "run", requests=requests, steps=[(2, T0, T0 + 10.0)])
+    (run_dir / "report").mkdir()
+    (run_dir / "report" / "throughput.png").write_bytes(b"stale")  # from an earlier analysis
+    assert analyze_run(run_dir).paths.throughput_png is None
+    assert not (run_dir / "report" / "throughput.png").exists()
+    two = write_run_dir(tmp_path / "two", requests=requests + [make_request(T0 + 11.0 + k) for k in range(4)],
+                        steps=[(2, T0, T0 + 10.0), (4, T0 + 10.0, T0 + 20.0)])  # fmt: skip
+    result = analyze_run(two)
     _assert_png(result.paths.throughput_png)
+    _assert_png(result.paths.latency_png)
 
 
 def test_baseline_run_writes_a_verdict_json_stating_the_baseline(tmp_path, capsys):
