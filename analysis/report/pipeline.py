@@ -597,6 +597,10 @@ def write_report(result: AnalysisResult, report_dir: Path | None = None) -> Anal
                 t0_s=result.run.started_at_s,
                 invalid_steps=invalid,
                 outages=result.outages,
+                end_s=result.run.ended_at_s,
+                shaded="the baseline"
+                if (result.run.meta.get("shape") or {}).get("kind") == "baseline"
+                else "ladder steps",
             ),
         )
     )

@@ -265,6 +265,21 @@ def thinned(
     return pd.DataFrame(out), float(bin_s)
 
 
+def clip_series(series: pd.DataFrame, end_s: float) -> pd.DataFrame:
+    """A step-function series (``t_s`` breakpoints, each row holding until the next) cut at
+    ``end_s``: the rows before it, and a last breakpoint at ``end_s`` repeating the value that
+    held there, so a ``steps-post`` line stops at ``end_s`` instead of running on.
+
+    >>> clip_series(pd.DataFrame({"t_s": [0.0, 2.0, 5.0], "running": [1.0, 2.0, np.nan]}), 3.0)["running"].tolist()
+    [1.0, 2.0, 2.0]
+    """
+    before = series[series["t_s"] < end_s]
+    if before.empty:
+        return before
+    last = before.iloc[[-1]].assign(t_s=end_s)
+    return pd.concat([before, last], ignore_index=True)
+
+
 def plot_timeline(
     ax: Axes,
     *,
@@ -275,6 +290,8 @@ def plot_timeline(
     t0_s: float,
     invalid_steps: frozenset[int] = frozenset(),
     outages: pd.DataFrame | None = None,
+    end_s: float | None = None,
+    shaded: str = "ladder steps",
 ) -> None:
     """Client in-flight and server running/waiting over the run, ladder steps shaded.
 
@@ -302,8 +319,17 @@ def plot_timeline(
         ``recovered_s``; Unix s): each drawn as a dark cross-hatched band from its first
         connection failure to the server's first answer (its last failure when it never
         answered), labelled "server unreachable" with its failures.
+    end_s : float, optional
+        The run's end (Unix s): the server's series stops there. Its last sample holds for up to
+        a scrape interval (:func:`analysis.server.series.breakpoints_from_samples`), which would
+        draw the server busy for seconds after the run had ended; samples after the end (a scrape
+        during the master's stop) are not the run's. None: drawn as it is.
+    shaded : str, default "ladder steps"
+        What the shaded spans are, for the title ("the baseline" for a baseline run).
     """
     label_transform = ax.get_xaxis_transform()
+    if end_s is not None and not server.empty:
+        server = clip_series(server, end_s)
     rate = "target_rate_rps" in steps.columns and steps["target_rate_rps"].notna().any()
     for k, step in enumerate(steps.itertuples(index=False)):
         start, end = step.start_s - t0_s, step.end_s - t0_s
@@ -416,7 +442,7 @@ def plot_timeline(
     ax.set_ylabel("requests")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    ax.set_title("Requests in flight over the run" + (" (shaded: ladder steps)" if len(steps) else ""))
+    ax.set_title("Requests in flight over the run" + (f" (shaded: {shaded})" if len(steps) else ""))
 
 
 CLIENT_KIND_COLORS: dict[str, str] = {

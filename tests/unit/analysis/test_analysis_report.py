@@ -12,7 +12,7 @@ from matplotlib.image import imread
 from analysis import analyze_run
 from analysis.cli import main
 from analysis.verdict.jsonout import BASELINE_NOTE, SCHEMA_PATH
-from tests.analysis_factories import T0, make_request, synthetic_ladder, write_run_dir
+from tests.analysis_factories import T0, make_request, server_row, synthetic_ladder, write_run_dir
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -254,6 +254,33 @@ def test_timeline_title_mentions_steps_only_for_a_ladder(ladder_dir):
             ax, steps=steps, warmup_s=5.0, inflight=result.inflight, server=result.server, t0_s=result.run.started_at_s
         )
         assert ax.get_title() == title
+
+
+def test_the_server_line_ends_with_the_run_not_a_scrape_interval_later(tmp_path):
+    """The last scrape holds for up to a scrape interval (a step function); drawn unclipped, a
+    baseline that ended 0.8 s after its last scrape showed the server busy 3 s past the end."""
+    from matplotlib.figure import Figure
+
+    from analysis.report.plots import plot_timeline
+
+    requests = [make_request(T0 + 1.0 + 1.5 * k, e2e_ms=1360.0) for k in range(3)]
+    server = [server_row(T0 + t, metric, value) for t, running in ((0.5, 1.0), (2.0, 1.0), (3.4, 1.0), (6.0, 0.0))
+              for metric, value in (("vllm:num_requests_running", running), ("vllm:num_requests_waiting", 0.0))]  # fmt: skip
+    run_dir = write_run_dir(tmp_path / "run", requests=requests, kind="baseline", steps=[(1, T0, T0 + 4.2)],
+                            server=server, ended_at_s=T0 + 4.2, scrape_interval_s=3.0)  # fmt: skip
+    result = analyze_run(run_dir, write=False)
+    assert result.server["t_s"].max() > T0 + 4.2  # the series itself runs on past the end
+    for end_s, last_x in ((result.run.ended_at_s, 4.2), (None, None)):
+        ax = Figure().add_subplot()
+        plot_timeline(ax, steps=result.run.steps, warmup_s=0.0, inflight=result.inflight, server=result.server,
+                      t0_s=T0, end_s=end_s)  # fmt: skip
+        running = next(line for line in ax.get_lines() if line.get_label().startswith("server running"))
+        x, y = running.get_xdata(), running.get_ydata()
+        assert ax.get_title() == "Requests in flight over the run (shaded: ladder steps)"  # the default
+        if last_x is None:
+            assert max(x) > 4.2  # unclipped, as before
+        else:
+            assert max(x) == pytest.approx(last_x) and y[-1] == 1.0  # busy until the end, not after
 
 
 def test_summary_has_the_prorated_throughput_column(ladder_dir):
