@@ -127,6 +127,31 @@ def stop_process(process: subprocess.Popen, *, grace_s: float = GRACE_S) -> None
         process.wait(timeout=10)
 
 
+def master_killed(master: subprocess.Popen) -> bool:
+    """Whether ``master`` (ended) was ended by a signal it did not handle (``kill -9``, the OOM
+    killer, an uncaught KeyboardInterrupt), so it never sent its workers Locust's quit message."""
+    return master.returncode is not None and master.returncode < 0
+
+
+def signal_name(signum: int) -> str:
+    """``SIGKILL`` for 9, ``signal 40`` for a number without a name here."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def wait_for_exit(processes, grace_s: float) -> None:
+    """Wait until every one of ``processes`` has ended, or ``grace_s`` seconds in all (at least
+    0.1 s each); those still running are left running."""
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+
+
 def can_watch_forked() -> bool:
     """Whether this system lets the launcher watch a process it did not start: Linux's pidfds
     (:func:`os.pidfd_open`, Linux 5.3 and later), which :class:`ForkedProcess` needs."""
@@ -452,7 +477,9 @@ def run_locust(
     int
         The master's exit code (Locust: 0 ok, ``--exit-code-on-error`` (1) when a request failed,
         2 usage/locustfile error), 124 when ``run.timeout_s`` (plus ``run.web_linger_s`` with the
-        web UI) ran out, 130 on Ctrl-C (KeyboardInterrupt), 143 on SIGTERM. When stopped, the
+        web UI) ran out, 130 on Ctrl-C (KeyboardInterrupt), 143 on SIGTERM, 128 + N when a signal
+        N from elsewhere ended the master (137: ``kill -9``, the OOM killer; its workers are then
+        stopped at once, with no wait for a quit message it never sent). When stopped, the
         master got SIGTERM first (Locust's graceful shutdown: the workers' last reports, final
         ``run.json``, ``client_report.json``), then the workers; every process started here has
         ended (SIGKILL after :data:`GRACE_S`) when this returns.
@@ -477,12 +504,14 @@ def run_locust(
                 stop_process(processes[0])
             code = signals.exit_code
         signals.stopping()
-        deadline = time.monotonic() + WORKER_EXIT_GRACE_S
-        for process in processes[1:]:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+        if processes and master_killed(processes[0]):  # no quit message went out: stop the workers now
+            if code == processes[0].returncode:  # a signal from elsewhere, not this run's stop
+                echo(
+                    f"the Locust master was ended by {signal_name(-code)}: stopping its workers, keeping the data so far"
+                )
+                code = 128 - code  # the shell's convention, as for the launcher itself (137: SIGKILL)
+        else:  # a master that quit sent its workers the quit message: give them time to act on it
+            wait_for_exit(processes[1:], WORKER_EXIT_GRACE_S)
         return code
     finally:
         for process in reversed(processes):

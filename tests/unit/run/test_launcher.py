@@ -54,3 +54,39 @@ def test_a_second_ctrl_c_during_the_stop_is_only_noted_and_the_handler_is_restor
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, outer)
+
+
+def test_a_master_ended_by_a_signal_is_told_from_one_that_exited():
+    import signal
+    import subprocess
+    import sys
+
+    from llm_locust.run.launcher import master_killed, signal_name
+
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    killed.kill()
+    killed.wait(timeout=10)
+    exited = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+    exited.wait(timeout=10)
+    assert (master_killed(killed), master_killed(exited)) == (True, False)
+    assert killed.returncode == -signal.SIGKILL
+    assert (signal_name(9), signal_name(15), signal_name(99)) == ("SIGKILL", "SIGTERM", "signal 99")
+
+
+def test_wait_for_exit_waits_its_grace_in_all_and_leaves_a_running_process_running():
+    import subprocess
+    import sys
+
+    from llm_locust.run.launcher import wait_for_exit
+
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        started = time.monotonic()
+        wait_for_exit([done, running], 0.5)
+        waited = time.monotonic() - started
+        assert 0.5 <= waited < 5.0, waited
+        assert done.returncode == 0 and running.poll() is None
+    finally:
+        running.kill()
+        running.wait(timeout=10)
