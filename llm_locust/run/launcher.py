@@ -520,6 +520,20 @@ def run_locust(
             log.close()
 
 
+def remote_workers_line(run: LocustRun, port: int) -> str:
+    """What the launcher prints when the master waits for workers started elsewhere: how many,
+    and the command that starts one (the run waits for them until ``--timeout-s``).
+
+    >>> print(remote_workers_line(LocustRun(locustfile=Path("/l/ladder.py"), run_dir=Path("r"), remote_workers=2), 5557))
+    waiting for 2 remote worker(s) (the run starts once they are connected, or stops at --timeout-s 3600): start each with `locust -f /l/ladder.py --worker --master-host <master address> --master-port 5557`
+    """
+    return (
+        f"waiting for {run.remote_workers} remote worker(s) (the run starts once they are connected, or stops at "
+        f"--timeout-s {run.timeout_s:.0f}): start each with `locust -f {run.locustfile} --worker --master-host "
+        f"<master address> --master-port {port}`"
+    )
+
+
 def _start_locust(
     command: list[str], log_path: Path, env: dict, api_key: str | None, logs: list, booted: subprocess.Popen | None
 ) -> subprocess.Popen:
@@ -568,6 +582,8 @@ def _start_and_wait(
     master = processes[0]
     if run.web_url is not None:
         echo(f"web UI: {run.web_url}?tab=llm  (LLM tab; stays up {run.web_linger_s:.0f} s after the run ends)")
+    if run.remote_workers:
+        echo(remote_workers_line(run, port))
     for log_path in worker_logs:
         processes.append(
             _start_locust(
