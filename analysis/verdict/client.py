@@ -229,7 +229,7 @@ def client_validity(table: pd.DataFrame, client: ClientSide, rules: Rules) -> pd
     wait = table.get("conn_wait_ms_mean", pd.Series(np.nan, index=table.index)).astype(float)
     out["conn_wait_share"] = wait / (wait + table["e2e_p50_ms"].astype(float))
     pausing = table.get("backoff_users", pd.Series(0.0, index=table.index)).astype(float).fillna(0.0)
-    reasons, incomplete, outage = [], [], []
+    reasons, incomplete, outage, gone = [], [], [], []
     for i, row in table.iterrows():
         cut = _incomplete(row, client)
         down = "" if cut else outage_reason(row, client.outages, client.started_at_s)
@@ -237,6 +237,7 @@ def client_validity(table: pd.DataFrame, client: ClientSide, rules: Rules) -> pd
         outage.append(bool(down))
         if cut or down:
             reasons.append(cut or down)
+            gone.append(False)
             continue
         why = []
         dominated = bool(row["failed_share"] >= rules.dominant_failure_share)
@@ -276,12 +277,15 @@ def client_validity(table: pd.DataFrame, client: ClientSide, rules: Rules) -> pd
             why.append(f"a load worker used {cpu:.2f} CPU cores (saturated at {rules.max_worker_cpu_cores:g})")
         if lag >= rules.max_loop_lag_ms:
             why.append(f"a load worker's event loop lagged {lag:.0f} ms on average")
-        why += _worker_gone_reasons(row, client, rules)
+        lost = _worker_gone_reasons(row, client, rules)
+        gone.append(bool(lost))
+        why += lost
         reasons.append("; ".join(why))
     out["invalid_reason"] = pd.Series(reasons, index=table.index, dtype=str)
     out["valid"] = out["invalid_reason"] == ""
     out["incomplete"] = pd.Series([bool(c) for c in incomplete], index=table.index, dtype=bool)
     out["outage"] = pd.Series(outage, index=table.index, dtype=bool)
+    out["worker_gone"] = pd.Series(gone, index=table.index, dtype=bool)
     return out
 
 
@@ -401,6 +405,7 @@ def client_limit(table: pd.DataFrame, saturated_users: float | None) -> Evidence
         "client_loop_lag_ms": row["client_loop_lag_ms"],
         "invalid_steps": len(invalid),
         "limited_run": float(limited),
+        "worker_lost": float(bool(row.get("worker_gone", False))),
     }
     units = {
         axis.value_key: axis.value_unit,
@@ -412,9 +417,16 @@ def client_limit(table: pd.DataFrame, saturated_users: float | None) -> Evidence
         "client_loop_lag_ms": "ms",
         "invalid_steps": "steps",
         "limited_run": "flag",
+        "worker_lost": "flag",
     }
     users = axis.fmt(row[axis.column])
-    if limited:
+    if limited and values["worker_lost"]:
+        text = (
+            f"a load worker was lost at {users} ({row['invalid_reason']}); its users were gone until "
+            "Locust moved them to the workers left, so the steps it cut short are not judged and the "
+            "server was not driven to saturation on the valid steps: rerun the ladder"
+        )
+    elif limited:
         text = (
             f"the load client was the limit from {users} ({row['invalid_reason']}); the "
             "server was not driven to saturation on the valid steps: fix the client before "

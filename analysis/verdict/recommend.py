@@ -90,15 +90,26 @@ def recommend(
                         verify=SAME + "that the send lag stays in milliseconds and every scheduled send is sent",
                     )
                 )
-            out.append(
-                Recommendation(
-                    change="add load: more worker processes or load machines",
-                    flag="--workers N (or more `locust --worker` machines)",
-                    because=ev.rule,
-                    verify=SAME + "that every step is valid (client CPU below one core per worker, "
-                    "in-flight = target users)",
+            if ev.values.get("worker_lost") == 1.0:  # the client was short because a worker died, not slow
+                out.append(
+                    Recommendation(
+                        change="find why the load worker was lost (killed, out of memory, its machine or "
+                        "network gone) and rerun; more workers would not have kept its users",
+                        flag="its locust_worker_<i>.log, the kernel log (dmesg: the OOM killer), run.json workers_lost",
+                        because=ev.rule,
+                        verify=SAME + "that run.json lists no workers_lost and every step is valid",
+                    )
                 )
-            )
+            else:
+                out.append(
+                    Recommendation(
+                        change="add load: more worker processes or load machines",
+                        flag="--workers N (or more `locust --worker` machines)",
+                        because=ev.rule,
+                        verify=SAME + "that every step is valid (client CPU below one core per worker, "
+                        "in-flight = target users)",
+                    )
+                )
         elif kind is K.BATCHING_OFF:
             ev = evidence["batching_off"]
             out.append(

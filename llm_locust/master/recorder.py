@@ -20,6 +20,7 @@ replaced by ``***``.
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import sys
 from pathlib import Path
@@ -370,6 +371,8 @@ def install(events) -> None:
             _sigterm_as_interrupt()
             environment.events.quitting.add_listener(_interrupted_is_no_error)
         if isinstance(environment.runner, WorkerRunner):
+            # the name run.json's workers_lost and the per-worker table give it, in its own log
+            logger.info("llm-locust worker %s (pid %d)", environment.runner.client_id, os.getpid())
             install_default_args_cache()  # a spawn message costs one parser build, not ~90
             WorkerClock(environment)  # records placed on the master's clock (client/clock.py)
             environment.llm_record_shipper = RecordShipper(environment, None)  # --records-window: read per report

@@ -369,6 +369,30 @@ def test_a_worker_missing_and_back_invalidates_the_steps_its_spell_overlaps():
     assert verdict.bottleneck is K.CLIENT
 
 
+def test_a_lost_worker_is_named_as_the_cause_and_more_workers_are_not_recommended():
+    """Steps 1-2 ran short because worker b died 2 s into step 1 (its users gone until Locust moved
+    them): the client limited the run, but "add load" would not have kept those users."""
+    tab = table(users=[1, 2, 4, 8], tput=[50, 60, 70, 340], inflight=[1, 1.2, 2.0, 8])
+    lost = ({"worker": "b", "lost_at_s": T0 + 12.0, "last_record_s": T0 + 11.5},)
+    verdict = judge(tab, client=ClientSide(workers_lost=lost))
+    assert verdict.bottleneck is K.CLIENT
+    client = ev(verdict, "client")
+    assert client.values["worker_lost"] == 1.0 and client.values["limited_run"] == 1.0
+    assert client.text.startswith("a load worker was lost at 2 users (client in-flight 1.20 of 2 target users (60%)")
+    assert list(verdict.table["worker_gone"]) == [False, True, True, False]  # the margin (10 s) reaches step 2
+    changes = [r.change for r in verdict.recommendations]
+    assert changes[0].startswith("find why the load worker was lost") and not any("add load" in c for c in changes)
+    assert "run.json lists no workers_lost" in verdict.recommendations[0].verify
+
+
+def test_a_client_short_of_its_target_with_no_worker_lost_is_told_to_add_load():
+    tab = table(users=[1, 2, 4, 8], tput=[50, 60, 70, 80], inflight=[1, 1.2, 2.0, 2.1])
+    verdict = judge(tab, client=ClientSide())
+    assert verdict.bottleneck is K.CLIENT and ev(verdict, "client").values["worker_lost"] == 0.0
+    assert not verdict.table["worker_gone"].any()
+    assert any(r.change.startswith("add load: more worker processes") for r in verdict.recommendations)
+
+
 def test_client_limit_after_the_server_saturated_is_secondary():
     tab = table(
         users=[1, 2, 4, 8, 16],
