@@ -137,3 +137,20 @@ def test_the_users_come_back_on_the_surviving_worker(killed_worker_run):
     # the rest of step 0 after the recovery, and the whole steady window of step 1
     assert mean_in_flight(requests, killed_at + RECOVERY_S, steps[0]["end_s"]) == pytest.approx(2.0, abs=0.15)
     assert mean_in_flight(requests, steps[1]["start_s"] + WARMUP_S, steps[1]["end_s"]) == pytest.approx(4.0, abs=0.2)
+
+
+def test_the_verdict_names_the_lost_worker_not_a_slow_client(killed_worker_run):
+    """Step 0 ran short while the killed worker's user was gone: the verdict blames the loss
+    (evidence worker_lost) and asks why it happened, not for more workers."""
+    from analysis.report.pipeline import analyze_run
+
+    run_dir, _, _ = killed_worker_run
+    verdict = analyze_run(run_dir, write=False).verdict
+    assert verdict is not None
+    [loss] = run_meta(run_dir)["workers_lost"]
+    assert bool(verdict.table["worker_gone"].iloc[0]) and loss["worker"] in verdict.table["invalid_reason"].iloc[0]
+    client = next(e for e in verdict.evidence if e.rule == "client")
+    assert client.values["worker_lost"] == 1.0, client.text
+    changes = [r.change for r in verdict.recommendations]
+    assert changes and not any(c.startswith("add load") for c in changes), changes
+    assert any(c.startswith("find why the load worker was lost") for c in changes), changes
