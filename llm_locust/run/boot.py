@@ -23,7 +23,8 @@ The master's line may also carry ``workers``: a list of ``{"argv", "log"}`` obje
 process then forks one child per entry before it starts (:func:`os.fork`, gevent's once Locust has
 patched it, as Locust's own ``--processes`` does), each of which becomes ``python -m locust ARGV``
 with its own log, and it writes their process ids to its standard output as one JSON line
-(``{"workers": [PID, ...]}``) before it points that at its log. So one process imports Locust for
+(``{"workers": [PID, ...]}``) before it points that at its log (fewer ids when a fork failed:
+the launcher starts the others as processes of its own). So one process imports Locust for
 the master and its local workers (~0.7 s of CPU, once instead of once per process, on a machine
 whose two cores the launcher's own start also needs); the children share its memory pages until
 they write to them.
@@ -178,7 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     if workers:
         pids = []
         for worker in workers:
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:  # no room for another process: the launcher starts the rest itself
+                break
             if pid == 0:  # the child: a worker, never back in this loop
                 _show_as_worker()
                 _become_locust(worker["argv"], worker["log"], imported=imported, master=False)
