@@ -104,11 +104,14 @@ class FinalStatsCSVFileWriter(locust.stats.StatsCSVFileWriter):
 
     The overwritten files (``_stats.csv``, ``_failures.csv``, ``_exceptions.csv``) are written
     from their start with Locust's own header and row methods, as its writer's loop does each
-    second; the history file (a row per second) is left as it is.
+    second; the history file (a row per second, appended) gets one more row with the final counts
+    (once its loop has written its header: its last row could be up to a second old).
     """
 
     def close_files(self) -> None:
         try:
+            if self.stats_history_csv_filehandle.tell() > 0:
+                self._stats_history_data_rows(self.stats_history_csv_writer, time.time())
             for handle, writer, columns, rows in (
                 (self.requests_csv_filehandle, self.requests_csv_writer, self.requests_csv_columns,
                  self._requests_data_rows),

@@ -115,3 +115,38 @@ def test_final_stats_csv_holds_the_last_requests(tmp_path):
         failures = list(csv.DictReader(f))
     assert [(r["Name"], r["Error"], int(r["Occurrences"])) for r in failures] == [("chat", "boom", 2)]
     assert writer.requests_csv_filehandle.closed
+
+
+def test_final_stats_history_row_holds_the_final_counts(tmp_path):
+    import csv
+
+    from locust.env import Environment
+
+    from llm_locust.master.promptquit import FinalStatsCSVFileWriter
+
+    environment = Environment()
+    writer = FinalStatsCSVFileWriter(environment, [0.5, 0.99], str(tmp_path / "run"), full_history=False)
+    history = writer.stats_history_csv_writer
+    history.writerow(writer.stats_history_csv_columns)  # what the writer's loop does first
+    environment.stats.log_request("POST", "chat", 100, 10)
+    writer._stats_history_data_rows(history, 1000.0)  # its last tick: 1 request
+    for k in range(4):
+        environment.stats.log_request("POST", "chat", 110 + k, 10)
+    writer.close_files()
+
+    with open(tmp_path / "run_stats_history.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["Total Request Count"]) for r in rows] == [1, 5]  # the final counts, once
+    assert int(rows[-1]["Timestamp"]) >= 1000
+
+
+def test_no_history_row_without_its_header(tmp_path):
+    from locust.env import Environment
+
+    from llm_locust.master.promptquit import FinalStatsCSVFileWriter
+
+    environment = Environment()
+    writer = FinalStatsCSVFileWriter(environment, [0.5, 0.99], str(tmp_path / "run"), full_history=False)
+    environment.stats.log_request("POST", "chat", 100, 10)
+    writer.close_files()  # the loop never ran: no header, so no headerless row either
+    assert (tmp_path / "run_stats_history.csv").read_text() == ""
