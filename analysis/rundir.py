@@ -244,6 +244,7 @@ def load_run(
     files = files_read["files"]
     _check_workers_lost(meta, run_dir / "run.json")
     notes += clock_notes(meta)
+    notes += server_log_command_notes(meta)
     return Run(
         run_dir=run_dir,
         meta=meta,
@@ -256,6 +257,28 @@ def load_run(
         client_load=_read_client_load(run_dir / "client_load.csv"),
         reported_requests=_reported_requests(run_dir / "client_report.json"),
     )
+
+
+def server_log_command_notes(meta: dict[str, Any]) -> list[str]:
+    """A note when ``--server-log-cmd``'s command ended by itself before the run stopped it
+    (run.json ``server_log_cmd_ended``: ``at_s``, ``exit_code``, ``lines``): the server log stops
+    there, so what the log tells (queueing, errors, the configuration) covers the run only until
+    then, and the steps after it have no log data (never read as zeros).
+
+    >>> server_log_command_notes({"started_at_s": 100.0, "server_log_cmd_ended": {"at_s": 112.5, "exit_code": 1, "lines": 40}})
+    ['the server log command (--server-log-cmd) ended by itself 12.5 s into the run (exit code 1, 40 lines): the server log covers the run only until then']
+    """
+    ended = meta.get("server_log_cmd_ended")
+    if not isinstance(ended, dict):
+        return []
+    try:
+        into = f"{float(ended['at_s']) - float(meta['started_at_s']):.1f} s into the run"
+    except (KeyError, TypeError, ValueError):
+        into = "before the run's end"
+    return [
+        f"the server log command (--server-log-cmd) ended by itself {into} (exit code {ended.get('exit_code')}, "
+        f"{ended.get('lines')} lines): the server log covers the run only until then"
+    ]
 
 
 def _read_server_files_into(out: dict[str, Any], run_dir: Path, server_log, server_log_format) -> None:

@@ -69,6 +69,10 @@ class CommandLogFollower(LogFollower):
         self.source = command  # type: ignore[assignment]  # what the log messages name (no file is opened)
         self.process: subprocess.Popen | None = None
         self.exit_code: int | None = None
+        self.ended_early: dict | None = None
+        """Set when the command ended by itself before the run stopped it: ``{"at_s"`` (wall clock,
+        Unix s), ``"exit_code"``, ``"lines"}`` (run.json's ``server_log_cmd_ended``)."""
+        self._stopping = False
         self._fd: int | None = None
         self._eof = False
         self._last_data_mono = 0.0
@@ -130,6 +134,8 @@ class CommandLogFollower(LogFollower):
         if self.process is not None and (code := self.process.poll()) is not None and self.exit_code is None:
             self.exit_code = code
             logger.warning("--server-log-cmd %r ended with exit code %s after %d lines", self.source, code, self.lines)
+        if not self._stopping and self.ended_early is None:  # the output ended before the run stopped it
+            self.ended_early = {"at_s": local_wall_s(), "exit_code": self.exit_code, "lines": self.lines}
 
     def _terminate(self) -> None:
         """SIGTERM the command's process group (by the PID started here), SIGKILL after the grace."""
@@ -150,6 +156,7 @@ class CommandLogFollower(LogFollower):
         if self._greenlet is not None:
             self._greenlet.kill(block=True, timeout=5)
             self._greenlet = None
+        self._stopping = True
         self._terminate()
         deadline = time.monotonic() + STOP_GRACE_S  # a child that left the group may hold the pipe open
         while self._fd is not None and not self._eof and time.monotonic() < deadline:

@@ -294,6 +294,7 @@ class RunRecorder:
             self._log_scrapes()
         if self.capture is not None:
             self.capture.stop()
+            self.meta.update(self.capture.meta)  # what the capture learnt by its end (the log command's end)
         if self.worker_loss is not None:
             self.worker_loss.stop()
         self.meta["ended_at_s"] = local_wall_s()

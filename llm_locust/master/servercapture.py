@@ -116,3 +116,6 @@ class ServerCapture:
         if self.follower is not None:
             self.follower.stop()
             logger.info("server log: %d lines copied from %s", self.follower.lines, self.follower.source)
+            ended = getattr(self.follower, "ended_early", None)
+            if ended is not None:  # run.json: the analysis says the log stops there
+                self.meta["server_log_cmd_ended"] = ended

@@ -117,6 +117,19 @@ def test_a_failing_command_is_kept_with_its_exit_code(tmp_path):
     )
     assert follower.exit_code == 1
     assert (run_dir / "server.log").read_text() == 'error: deployments.apps "vllm" not found\n'
+    # it ended by itself, before the stop: run.json's server_log_cmd_ended, and the analysis' note
+    ended = follower.ended_early
+    assert ended is not None and ended["exit_code"] == 1 and ended["lines"] == 1
+    assert ended["at_s"] <= local_wall_s()
+    from analysis.rundir import server_log_command_notes
+
+    [note] = server_log_command_notes({"started_at_s": ended["at_s"] - 3.0, "server_log_cmd_ended": ended})
+    assert note.startswith("the server log command (--server-log-cmd) ended by itself 3.0 s into the run (exit code 1")
+
+
+def test_a_command_the_run_stops_did_not_end_early(tmp_path):
+    follower, _ = run_command(tmp_path, ["sh", "-c", "echo started; sleep 300"], bound_s=0.5)
+    assert follower.exit_code == -signal.SIGTERM and follower.ended_early is None
 
 
 def test_bad_commands_are_refused_before_the_run():
