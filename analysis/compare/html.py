@@ -13,9 +13,9 @@ import os
 from html import escape
 from pathlib import Path
 
+from analysis.atomicwrite import write_text_atomic
 from analysis.compare.report import PNG_NAMES, Comparison
 from analysis.compare.table import table_cells
-from analysis.report.atomicwrite import write_text_atomic
 from analysis.report.html import link, page, report_html
 
 

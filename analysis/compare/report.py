@@ -15,6 +15,7 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.atomicwrite import write_text_atomic
 from analysis.compare.attribution import Attribution, attribute
 from analysis.compare.changes import (
     RoundDirs,
@@ -31,7 +32,6 @@ from analysis.compare.plots import plot_rounds_throughput, plot_rounds_ttft, plo
 from analysis.compare.rounds import RoundSummary, summarize_round
 from analysis.compare.table import markdown_round_table, round_table, rounds_axis
 from analysis.loadaxis import RATE
-from analysis.report.atomicwrite import write_text_atomic
 from analysis.report.pipeline import PLOT_STYLE
 
 PNG_NAMES: tuple[str, ...] = ("throughput_by_round.png", "ttft_by_round.png", "single_decode_by_round.png")

@@ -13,7 +13,7 @@ import os
 from html import escape
 from pathlib import Path
 
-from analysis.report.atomicwrite import write_text_atomic
+from analysis.atomicwrite import write_text_atomic
 
 RUN_PNGS: tuple[str, ...] = ("throughput.png", "latency.png", "timeline.png", "errors.png")
 """Single-run figures shown (those that exist)."""

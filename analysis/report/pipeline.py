@@ -17,6 +17,7 @@ from pathlib import Path
 import matplotlib
 import pandas as pd
 
+from analysis.atomicwrite import write_text_atomic
 from analysis.baseline import Baseline, baseline_medians
 from analysis.faults import outage_spells, step_faults
 from analysis.goodput import GOODPUT_COLUMNS, Slo, goodput_knee, goodput_table, parse_slo
@@ -24,7 +25,6 @@ from analysis.inputs import input_columns, input_lines
 from analysis.loadaxis import RATE, load_axis, planned_levels
 from analysis.metrics import end_time_s, inflight_binned, inflight_series
 from analysis.outcome import RunOutcome, error_examples, error_lines, judge_outcome, outcome_line, request_counts
-from analysis.report.atomicwrite import write_text_atomic
 from analysis.report.figures import FigureJob, save_figures
 from analysis.report.html import write_run_index
 from analysis.report.plots import plot_errors, plot_latency, plot_throughput, plot_timeline

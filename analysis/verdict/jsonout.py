@@ -10,9 +10,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from analysis.atomicwrite import write_text_atomic
 from analysis.baseline import Baseline
 from analysis.loadaxis import RATE, load_axis
-from analysis.report.atomicwrite import write_text_atomic
 from analysis.verdict.types import Verdict, _number
 
 SCHEMA_VERSION = 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.report.atomicwrite import write_text_atomic
+from analysis.atomicwrite import write_text_atomic
 
 
 def test_the_file_is_replaced_and_nothing_else_is_left(tmp_path):
