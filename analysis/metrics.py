@@ -228,6 +228,136 @@ def prorated_tokens(
     return float(np.sum(count * share))
 
 
+def token_events(
+    t_start_s: pd.Series,
+    output_tokens: pd.Series,
+    token_times_us: pd.Series,
+    event_tokens: pd.Series | None = None,
+    *,
+    sort: bool = True,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """When each request's output tokens arrived, from its recorded token events.
+
+    A request is *timed* when ``token_times_us`` holds at least one event and ``output_tokens``
+    is a number above 0. Event ``i`` arrived at ``t_start_s + token_times_us[i] / 1e6`` and
+    carries ``event_tokens[i]`` tokens when that cell has one count per event, else (as
+    :func:`analysis.itl.request_itl` reads it) the first event one token and the others
+    ``(N - 1) / (m - 1)`` each (``N`` with one event). Each timed request's counts are then
+    scaled to sum to its ``output_tokens`` ``N``, so it adds exactly ``N`` tokens, as
+    :func:`prorated_tokens` does. A cell that is no list of numbers leaves its request untimed.
+
+    Parameters
+    ----------
+    t_start_s : pandas.Series
+        Send instant of each request, wall clock Unix s, length n.
+    output_tokens : pandas.Series
+        ``N`` of each request, tokens (NaN: untimed), length n.
+    token_times_us, event_tokens : pandas.Series of str
+        As in ``requests.csv`` (space-separated µs from the send / tokens per event; "" or None
+        for none), length n; ``event_tokens`` None: counts unknown.
+    sort : bool, default True
+        Order the events by arrival (as :func:`tokens_between` needs); False leaves them in
+        request order.
+
+    Returns
+    -------
+    (times_s, tokens, timed) : tuple of numpy.ndarray
+        ``times_s`` float64 event arrival instants, Unix s, increasing (with ``sort``); ``tokens`` float64
+        tokens each event carried, same length; ``timed`` bool, shape (n,).
+
+    Examples
+    --------
+    >>> times, tokens, timed = token_events(pd.Series([100.0, 200.0]), pd.Series([5.0, 3.0]),
+    ...                                     pd.Series(["1000000 2000000 3000000", ""]))
+    >>> times.tolist(), tokens.tolist(), timed.tolist()
+    ([101.0, 102.0, 103.0], [1.0, 2.0, 2.0], [True, False])
+    """
+    n = len(t_start_s)
+    starts = t_start_s.to_numpy(float)
+    total = output_tokens.to_numpy(float)
+    event_us, m = _split(token_times_us)  # a cell that is no list of numbers: that row untimed
+    carried_given, k = _split(event_tokens if event_tokens is not None else pd.Series([""] * n, dtype=object))
+    ok_row = (m > 0) & np.isfinite(total) & (total > 0) & np.isfinite(starts)
+    # plain rows (the usual stream): one token an event, as many events as output tokens
+    plain = ok_row & (k == 0) & (m == total)
+    if plain.all():
+        times, tokens, timed = np.repeat(starts, m) + event_us / 1e6, np.ones(len(event_us)), plain
+    else:
+        rows = np.repeat(np.arange(n), m)
+        position = np.arange(len(event_us)) - np.repeat(np.cumsum(m) - m, m)
+        events_n, row_total = m[rows].astype(float), total[rows]
+        carried = np.where(
+            events_n > 1,
+            np.where(position == 0, 1.0, (row_total - 1.0) / np.maximum(events_n - 1.0, 1.0)),
+            row_total,
+        )
+        use_given = (k == m) & (m > 0)
+        if use_given.any():
+            carried[np.repeat(use_given, m)] = carried_given[np.repeat(use_given, k)]
+        carried = np.where(np.isfinite(carried) & (carried >= 0), carried, np.nan)
+        row_sum = np.bincount(rows, weights=np.nan_to_num(carried, nan=0.0), minlength=n)
+        bad = np.bincount(rows, weights=~np.isfinite(carried) | ~np.isfinite(event_us), minlength=n) > 0
+        timed = ok_row & (row_sum > 0) & ~bad
+        keep = timed[rows]
+        scale = np.divide(total, row_sum, out=np.zeros(n), where=timed)
+        times = starts[rows][keep] + event_us[keep] / 1e6
+        tokens = carried[keep] * scale[rows][keep]
+    if not sort:
+        return times, tokens, timed
+    order = np.argsort(times, kind="stable")
+    return times[order], tokens[order], timed
+
+
+def _split(cells: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's numbers end to end (float64) and how many each row has (int64): in bulk
+    (:func:`analysis.itlpool.split_numbers`), else row by row (:func:`_split_rows`)."""
+    from analysis.itlpool import split_numbers
+
+    parsed = split_numbers(cells)
+    if parsed is None:
+        return _split_rows(cells.tolist())
+    return np.asarray(parsed[0], float), parsed[1]
+
+
+def _split_rows(cells: list) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`analysis.itlpool.split_numbers` row by row: a cell that is no list of numbers
+    counts as empty."""
+    from analysis.itl import _numbers
+
+    values: list[np.ndarray] = []
+    counts = np.zeros(len(cells), np.int64)
+    for i, cell in enumerate(cells):
+        try:
+            numbers = _numbers(cell)
+        except (ValueError, TypeError):
+            continue
+        values.append(numbers)
+        counts[i] = len(numbers)
+    return (np.concatenate(values) if values else np.zeros(0)), counts
+
+
+def tokens_between(times_s: np.ndarray, tokens: np.ndarray, window_start_s: float, window_end_s: float) -> float:
+    """Tokens of the events of :func:`token_events` that arrived in ``[W0, W1)``.
+
+    Parameters
+    ----------
+    times_s, tokens : numpy.ndarray
+        :func:`token_events`' first two arrays (``times_s`` increasing), same length.
+    window_start_s, window_end_s : float
+        The window, Unix s.
+
+    Returns
+    -------
+    float
+        Tokens.
+
+    >>> tokens_between(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 4.0]), 2.0, 3.0)
+    2.0
+    """
+    lo, hi = np.searchsorted(times_s, [window_start_s, window_end_s], side="left")
+    return float(tokens[lo:hi].sum())
+
+
 def inflight_series(t_start_s: pd.Series, t_end_s: pd.Series) -> pd.DataFrame:
     """Number of requests in flight as a step function of wall time.
 

@@ -13,20 +13,28 @@ Output throughput is given two ways (tokens/s, larger is better):
     or three), so ``output_tps`` jumps by up to one wave's tokens / W with no change on the
     server.
 ``output_tps_prorated`` (cross-check)
-    Each successful request's output tokens spread uniformly over its decode, ``[t_start_s +
-    ttft_ms / 1000, t_end_s]``, and integrated over the window, / W - exact, no sampling
-    (:func:`analysis.metrics.prorated_tokens`). It counts the tokens generated *during* the
-    window, so waves do not make it jump; it reads low at the very end of a run that was cut
-    short (requests still streaming then were never recorded). The two agree when the window
+    The output tokens generated *during* the window, / W: each successful request's tokens
+    counted at the instants they arrived where it recorded its token events (``token_times_us``,
+    :func:`analysis.metrics.token_events`), else spread uniformly over its decode, ``[t_start_s +
+    ttft_ms / 1000, t_end_s]``, and integrated over the window - exact, no sampling
+    (:func:`analysis.metrics.prorated_tokens`). The arrival instants matter when a request spans
+    two steps of a server whose decode slows as the batch grows: spread evenly, its fast early
+    tokens would be credited to the later, slower step (a compute-bound run read x1.16 per
+    doubling at its last step where the server generated x1.03). Waves do not make it jump; it
+    reads low at the very end of a run that was cut short (requests still streaming then were
+    never recorded). The two agree when the window
     holds many requests; a large gap means ``output_tps`` is quantised by waves.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from analysis.metrics import mean_inflight, prorated_tokens, with_request_metrics
+from analysis.metrics import mean_inflight, prorated_tokens, token_events, tokens_between, with_request_metrics
 from analysis.metrics import quantile as _quantile
 from analysis.rate import RATE_COLUMNS, rate_columns
 from analysis.server.series import time_average
@@ -61,6 +69,12 @@ STEP_TABLE_COLUMNS: tuple[str, ...] = (
 last, NaN in a closed loop)."""
 
 
+WindowTokens = tuple[np.ndarray, np.ndarray]
+"""Output tokens that arrived in each step's window, counted from the requests' token events
+(float64, shape (n_windows,)), and which requests had such events (bool, one per
+``requests.csv`` row): :func:`window_tokens_from_file`."""
+
+
 def step_windows(steps: pd.DataFrame, warmup_s: float) -> pd.DataFrame:
     """Steady window of each step.
 
@@ -90,7 +104,12 @@ def step_windows(steps: pd.DataFrame, warmup_s: float) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def step_table(requests: pd.DataFrame, windows: pd.DataFrame, server: pd.DataFrame | None = None) -> pd.DataFrame:
+def step_table(
+    requests: pd.DataFrame,
+    windows: pd.DataFrame,
+    server: pd.DataFrame | None = None,
+    window_tokens: WindowTokens | None = None,
+) -> pd.DataFrame:
     """Client and server figures of every step over its steady window.
 
     A request *belongs* to the window its completion ``t_end_s = t_start_s + e2e_ms / 1000``
@@ -100,10 +119,12 @@ def step_table(requests: pd.DataFrame, windows: pd.DataFrame, server: pd.DataFra
     - ``output_tps = sum(output_tokens of those) / W`` (tokens/s, larger is better);
       ``request_rps = completed / W`` (requests/s). Both NaN when no request at all (successful
       or failed) completed in the window; 0 when only failures did.
-    - ``output_tps_prorated`` (tokens/s): cross-check of ``output_tps``; the output tokens of
-      every successful request spread uniformly over ``[t_start_s + ttft_ms / 1000, t_end_s]``
-      and integrated over the window, / W (module docstring). NaN when ``W = 0`` or no request
-      (successful or failed) was in flight during the window.
+    - ``output_tps_prorated`` (tokens/s): cross-check of ``output_tps``; the output tokens
+      generated during the window, / W (module docstring): a successful request's tokens
+      counted at the instants they arrived when it recorded its token events
+      (``token_times_us``, in ``requests`` or ``window_tokens``), else spread uniformly over
+      ``[t_start_s + ttft_ms / 1000, t_end_s]`` and integrated over the window. NaN when
+      ``W = 0`` or no request (successful or failed) was in flight during the window.
     - ``ttft_p50_ms``, ``ttft_p95_ms``, ``tpot_p50_ms``, ``decode_tps_p50`` (per-request
       ``1000 / TPOT``, tokens/s), ``e2e_p50_ms``: percentiles (linear interpolation) over the
       successful requests completed in the window; NaN when none.
@@ -129,6 +150,9 @@ def step_table(requests: pd.DataFrame, windows: pd.DataFrame, server: pd.DataFra
     server : pandas.DataFrame, optional
         A normalised server series (:mod:`analysis.server.series`); absent or empty -> server
         columns NaN.
+    window_tokens : (numpy.ndarray, numpy.ndarray), optional
+        :func:`window_tokens_from_file` of the same ``requests.csv`` and ``windows`` (when
+        ``requests`` lacks ``token_times_us``); ignored when its lengths do not match.
 
     Returns
     -------
@@ -140,6 +164,22 @@ def step_table(requests: pd.DataFrame, windows: pd.DataFrame, server: pd.DataFra
     ok_mask = reqs["ok"].to_numpy(bool)
     ok_end_s, ok_tokens = reqs["t_end_s"][ok_mask], reqs["output_tokens"][ok_mask]
     first_token_s = reqs["t_start_s"][ok_mask] + reqs["ttft_ms"][ok_mask] / 1000.0
+    # tokens counted when they arrived where the request recorded its token events; spread over
+    # the decode only for the others
+    timed_in_window: np.ndarray | None = None
+    if window_tokens is not None and len(window_tokens[1]) == len(reqs) and len(window_tokens[0]) == len(windows):
+        event_times_s, event_counts = np.zeros(0), np.zeros(0)
+        timed_in_window, timed = window_tokens[0], window_tokens[1][ok_mask]
+    elif "token_times_us" in reqs.columns:
+        event_times_s, event_counts, timed = token_events(
+            reqs["t_start_s"][ok_mask],
+            ok_tokens,
+            reqs["token_times_us"][ok_mask],
+            reqs["event_tokens"][ok_mask] if "event_tokens" in reqs.columns else None,
+        )
+    else:
+        event_times_s, event_counts, timed = np.zeros(0), np.zeros(0), np.zeros(int(ok_mask.sum()), bool)
+    first_token_s, ok_end_s, spread_tokens = first_token_s[~timed], ok_end_s[~timed], ok_tokens[~timed]
     # the columns the windows read: a window's rows are copied with these only
     used = [c for c in ("t_end_s", "ok", "output_tokens", "ttft_ms", "tpot_ms", "decode_tps", "e2e_ms",
                         "error_kind", "conn_wait_ms") if c in reqs.columns]  # fmt: skip
@@ -167,12 +207,13 @@ def step_table(requests: pd.DataFrame, windows: pd.DataFrame, server: pd.DataFra
             ),
             "completed": len(ok),
             "output_tps": ok["output_tokens"].sum() / length_s if measured else np.nan,
-            "output_tps_prorated": prorated_tokens(
-                first_token_s,
-                ok_end_s,
-                ok_tokens,
-                start_s,
-                end_s,
+            "output_tps_prorated": (
+                (
+                    tokens_between(event_times_s, event_counts, start_s, end_s)
+                    if timed_in_window is None
+                    else float(timed_in_window[i])
+                )
+                + prorated_tokens(first_token_s, ok_end_s, spread_tokens, start_s, end_s)
             )
             / length_s
             if in_flight
@@ -208,6 +249,67 @@ MEAN_COLUMNS: dict[str, str] = {
     "server_preemptions_per_s": "preemptions_per_s",
 }
 """Step-table column -> normalised server series column (:mod:`analysis.server.series`)."""
+
+
+def window_tokens_from_file(path: Path, windows: pd.DataFrame) -> WindowTokens | None:
+    """Tokens that arrived in each window, read from ``requests.csv``'s per-event times in blocks.
+
+    The step analysis leaves ``token_times_us`` unread (:data:`analysis.rundir.LAZY_REQUEST_COLUMNS`:
+    about 60 % of the file); this pass reads it a few MB at a time and keeps only a sum per
+    window and a flag per request, so memory does not grow with the events. A successful
+    request's tokens are counted at the instants they arrived (:func:`analysis.metrics.token_events`).
+
+    Parameters
+    ----------
+    path : Path
+        ``requests.csv``.
+    windows : pandas.DataFrame
+        :func:`step_windows`' frame (``window_start_s``, ``window_end_s``, Unix s).
+
+    Returns
+    -------
+    (tokens, timed) : tuple of numpy.ndarray, or None
+        ``tokens`` float64 shape (n_windows,), tokens; ``timed`` bool, one per complete row.
+        None when the file has no ``token_times_us`` column or a block the typed reader cannot
+        read (the caller spreads every request's tokens over its decode instead).
+    """
+    from analysis.csvread import complete_length, iter_typed
+    from analysis.schema import REQUEST_SCHEMA
+
+    if not path.is_file():
+        return None
+    names = {c.name for c in REQUEST_SCHEMA}
+    columns = tuple(
+        c for c in ("t_start_s", "error_kind", "output_tokens", "token_times_us", "event_tokens") if c in names
+    )
+    length, _ = complete_length(path)
+    blocks = iter_typed(path, REQUEST_SCHEMA, columns, length)
+    if blocks is None:
+        return None
+    starts = windows["window_start_s"].to_numpy(float)
+    ends = windows["window_end_s"].to_numpy(float)
+    totals = np.zeros(len(windows))
+    flags: list[np.ndarray] = []
+    try:
+        for frame in blocks:
+            if "token_times_us" not in frame.columns:
+                return None
+            ok = (frame["error_kind"].astype(str).str.strip() == "").to_numpy(bool)
+            times_s, counts, timed_ok = token_events(
+                frame["t_start_s"][ok],
+                frame["output_tokens"][ok],
+                frame["token_times_us"][ok],
+                frame["event_tokens"][ok] if "event_tokens" in frame.columns else None,
+                sort=False,
+            )
+            for k in range(len(windows)):
+                totals[k] += counts[(times_s >= starts[k]) & (times_s < ends[k])].sum()
+            timed = np.zeros(len(frame), bool)
+            timed[ok] = timed_ok
+            flags.append(timed)
+    except (pa.ArrowException, ValueError):
+        return None
+    return totals, (np.concatenate(flags) if flags else np.zeros(0, bool))
 
 
 def step_server_means(windows: pd.DataFrame, series: pd.DataFrame | None) -> pd.DataFrame:

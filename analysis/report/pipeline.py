@@ -32,7 +32,7 @@ from analysis.report.sections import goodput_markdown, server_timings_markdown
 from analysis.report.verdict import verdict_markdown
 from analysis.report.workers import workers_markdown
 from analysis.rundir import LAZY_REQUEST_COLUMNS, Run, load_run
-from analysis.schema import RUN_JSON
+from analysis.schema import REQUESTS_CSV, RUN_JSON
 from analysis.server.batches import batch_stats
 from analysis.server.serverlog.errors import count_by_kind
 from analysis.server.sources import (
@@ -44,7 +44,7 @@ from analysis.server.sources import (
     step_server_seconds,
 )
 from analysis.servertime import SPLIT_COLUMNS, ttft_split_table
-from analysis.steps import step_server_means, step_table, step_windows
+from analysis.steps import step_server_means, step_table, step_windows, window_tokens_from_file
 from analysis.thresholds import (
     EXIT_THRESHOLD_FAILED,
     Threshold,
@@ -271,7 +271,10 @@ def analyze(
     evidence = gather(run, options)
     policy = evidence.resolve(options.source)
     windows = step_windows(steps, run.warmup_s)
-    table = step_table(run.requests, windows, None)
+    window_tokens = None
+    if "token_times_us" not in run.requests.columns:
+        window_tokens = window_tokens_from_file(run.run_dir / REQUESTS_CSV, windows)
+    table = step_table(run.requests, windows, None, window_tokens)
     spells = outage_spells(run.requests)
     faults = step_faults(run.requests, windows, spells)
     for column in faults.columns:
@@ -780,9 +783,9 @@ def summary_markdown(result: AnalysisResult) -> str:
             markdown_table(result.table),
             "",
             "`out tok/s`: output tokens of requests completed in the window / window "
-            "length (the headline); `out tok/s prorated`: each request's tokens spread "
-            "over its decode and integrated over the window (cross-check, see "
-            "`analysis/steps.py`).",
+            "length (the headline); `out tok/s prorated`: the tokens that arrived in the "
+            "window by each request's token times (spread over its decode where they were "
+            "not recorded) / window length (cross-check, see `analysis/steps.py`).",
             *(
                 [
                     "",

@@ -334,8 +334,9 @@ def judged_throughput(usable: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     so it moves by a whole wave when long requests finish together: with a few completions per
     window (a short dwell, long answers) one step can read flat and the next x1.8 (seen on a
     real CPU vLLM and on the embedded server, where a 4-user step read 84.8 tokens/s while the
-    server generated 165). The prorated figure spreads each request's tokens over its streaming
-    time, so it counts the tokens generated during the window, however requests are cut.
+    server generated 165). The prorated figure counts the tokens that arrived during the window
+    (each request's spread over its streaming time where its token times were not recorded),
+    however requests are cut.
 
     Returns
     -------
@@ -351,9 +352,10 @@ def judged_throughput(usable: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     judged = usable.copy()
     judged["output_tps"] = prorated.where(np.isfinite(prorated), usable["output_tps"])
     return judged, (
-        "throughput judged on output_tps_prorated (each request's tokens spread over "
-        "its streaming time; the headline output_tps counts requests completed in the "
-        "window and moves by whole waves)"
+        "throughput judged on output_tps_prorated (the tokens that arrived in the window, "
+        "each request's spread over its streaming time where its token times were not "
+        "recorded; the headline output_tps counts requests completed in the window and "
+        "moves by whole waves)"
     )
 
 

@@ -13,6 +13,8 @@ from analysis.metrics import (
     inflight_series,
     mean_inflight,
     prorated_tokens,
+    token_events,
+    tokens_between,
     tpot_ms,
     with_request_metrics,
 )
@@ -110,3 +112,23 @@ def test_inflight_series_counts_every_request_in_flight_by_hand():
     # a request with no end counts from its start on (its end event is unknown)
     expected = [sum(1 for s, e in zip(start, end) if s <= t and not (e <= t)) for t in instants]
     assert result["inflight"].tolist() == expected and result["inflight"].dtype == np.int64
+
+
+def test_token_events_by_hand():
+    starts = pd.Series([100.0, 200.0, 300.0, 400.0, 500.0])
+    tokens = pd.Series([5.0, 6.0, 4.0, float("nan"), 3.0])
+    times_us = pd.Series(["1000000 2000000 3000000", "500000 1500000", "1000000 x", "1000000", ""])
+    given = pd.Series(["", "2 4", "", "", ""])
+    times, counts, timed = token_events(starts, tokens, times_us, given)
+    # row 0: first event 1 token, the other 4 over 2 events; row 1: counts as stated (sum 6);
+    # row 2: a cell that is no number; row 3: no token count; row 4: no events
+    assert timed.tolist() == [True, True, False, False, False]
+    assert times.tolist() == pytest.approx([101.0, 102.0, 103.0, 200.5, 201.5])
+    assert counts.tolist() == pytest.approx([1.0, 2.0, 2.0, 2.0, 4.0])
+    assert tokens_between(times, counts, 102.0, 201.0) == pytest.approx(2.0 + 2.0 + 2.0)
+
+
+def test_token_events_scale_stated_counts_to_the_output_tokens():
+    # the events say 1 + 1 tokens, usage says 4: each event carries half of 4
+    _, counts, timed = token_events(pd.Series([0.0]), pd.Series([4.0]), pd.Series(["10 20"]), pd.Series(["1 1"]))
+    assert timed.tolist() == [True] and counts.tolist() == pytest.approx([2.0, 2.0])
