@@ -246,8 +246,7 @@ def recommend(
             )
         elif kind is K.NONE:
             ev = evidence["none"]
-            keys = (f"next_{axis.value_key}_1", f"next_{axis.value_key}_2")
-            steps = ", ".join(_users(ev.values[k]) for k in keys if k in ev.values)
+            steps = ", ".join(_users(u) for u in _doublings(ev, axis))
             out.append(
                 Recommendation(
                     change=f"add ladder steps {steps}".strip(),
@@ -272,6 +271,19 @@ def recommend(
             seen.add((rec.change, rec.flag))
             unique.append(rec)
     return tuple(unique)
+
+
+def _doublings(ev: Evidence, axis: LoadAxis) -> list[float]:
+    """The steps a ``none`` evidence asks for: ``next_*_1`` doubled up to ``next_*_2``, the
+    steps its sentence names (its values keep only the first and the last)."""
+    first = ev.values.get(f"next_{axis.value_key}_1")
+    last = ev.values.get(f"next_{axis.value_key}_2")
+    if first is None or last is None or not (math.isfinite(first) and math.isfinite(last) and first > 0):
+        return [v for v in (first, last) if v is not None]
+    steps = [float(first)]
+    while steps[-1] * 2 <= float(last) * (1 + 1e-9):
+        steps.append(steps[-1] * 2)
+    return steps
 
 
 def _at(ev: Evidence, axis: LoadAxis) -> str:

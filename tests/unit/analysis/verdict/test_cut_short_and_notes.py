@@ -9,6 +9,8 @@ import pandas as pd
 import pytest
 
 from analysis.report.pipeline import analyze_run
+from analysis.verdict.recommend import recommend
+from analysis.verdict.types import BottleneckKind, Evidence
 from tests.analysis_factories import T0, client_load_row, synthetic_ladder, write_client_load
 
 PLANNED = [1, 2, 4, 8, 16, 32]
@@ -114,3 +116,18 @@ def test_a_worker_that_sent_requests_without_client_load_rows_is_named(tmp_path)
     note = rule(verdict, "client_load_missing")
     assert note["holds"] and "no row for 1 worker(s) that sent requests (w0)" in note["text"]
     assert verdict["bottleneck"] == "scheduler_ceiling"  # a note: the verdict does not move
+
+
+def test_more_steps_asked_for_are_the_ones_the_evidence_names():
+    # found on the embedded server (max_num_seqs 64, ladder 1...16): the evidence said "add steps
+    # 32, 64, 128" and the recommendation "add ladder steps 32, 128" (its values hold only the
+    # first and the last of the doublings)
+    none = Evidence(
+        rule="none",
+        kind=BottleneckKind.NONE,
+        holds=True,
+        values={"highest_users": 16.0, "next_users_1": 32.0, "next_users_2": 128.0},
+        text="no saturation up to 16 users: add steps 32, 64, 128 (the configured max_num_seqs is 64)",
+    )
+    (rec,) = recommend(BottleneckKind.NONE, (), {"none": none}, family="vllm", critical_users=None, client_flags={})
+    assert rec.change == "add ladder steps 32, 64, 128"
