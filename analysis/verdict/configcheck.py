@@ -90,6 +90,8 @@ def check_config(
     - R < C, L >= C and W > ``waiting_threshold``: **no** - requests queued while the batch
       stayed below the ceiling (the KV cache or token budget is the real limit, or the setting
       did not apply);
+    - R < C, L < C and W > ``waiting_threshold``: cannot tell, but says that requests waited
+      below the ceiling (something else holds them back: a KV cache or token budget);
     - R < C otherwise: cannot tell (the load never filled the batch);
     - C unknown: **no** when R <= 1 while requests queued (batching is off), else cannot tell;
     - C = 1: **no**, whatever the run shows - a ceiling of one request is batching off (checked
@@ -213,6 +215,19 @@ def check_config(
             **kwargs,
         )
     reach = "" if not np.isfinite(load) else f" (highest load tested {axis.fmt(load)})"
+    if queued:  # below the ceiling with a queue, but the load never reached the ceiling
+        hint = ""
+        if kv_requests is not None and kv_requests < ceiling:
+            hint = f"; the KV cache holds only {kv_requests:.1f} requests of this workload"
+        return ConfigCheck(
+            took_effect=None,
+            because=(
+                f"running peaked at {_fmt(observed)}, below the configured {name} = {ceiling}, while "
+                f"requests waited (up to {waited:.2f}), but the load never reached the ceiling{reach}: "
+                f"something below the ceiling holds requests back{hint}"
+            ),
+            **kwargs,
+        )
     return ConfigCheck(
         took_effect=None,
         because=(

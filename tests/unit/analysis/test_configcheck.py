@@ -108,3 +108,13 @@ def test_the_engines_own_concurrency_figure_never_prints_an_unknown_length():
         config(reported_max_concurrency=3.2, max_model_len=4096), running(1, 2, 4, 4), table([1, 2, 4, 8], [0, 0, 0, 4])
     )
     assert "the engine's own figure: 3.20x requests of 4096 tokens" in logged.details
+
+
+def test_cannot_tell_below_the_ceiling_with_a_queue_does_not_say_nothing_waited():
+    # found on the embedded server (max_num_seqs 32, a KV cache of 500 tokens, 16 users): it said
+    # "running peaked at 14 ... without requests waiting" while 6.26 requests waited
+    result = check(config(ceiling=32), running(1, 4, 8, 14), table([2, 4, 8, 16], [0, 0, 0, 6.26]))
+    assert result.took_effect is None
+    assert "without requests waiting" not in result.because
+    assert "while requests waited (up to 6.26)" in result.because
+    assert "the load never reached the ceiling (highest load tested 16 users)" in result.because
