@@ -202,10 +202,12 @@ def check_config(
         if kv_requests is not None and kv_requests < ceiling:
             because += f"; note the KV cache holds only {kv_requests:.1f} such requests"
         return ConfigCheck(took_effect=True, because=because, **kwargs)
+    hint = (  # why running may stay below the ceiling while requests wait
+        f"; the KV cache holds only {kv_requests:.1f} requests of this workload"
+        if kv_requests is not None and kv_requests < ceiling
+        else ""
+    )
     if np.isfinite(load) and load >= ceiling and queued:
-        hint = ""
-        if kv_requests is not None and kv_requests < ceiling:
-            hint = f"; the KV cache holds only {kv_requests:.1f} requests of this workload"
         return ConfigCheck(
             took_effect=False,
             because=(
@@ -216,9 +218,6 @@ def check_config(
         )
     reach = "" if not np.isfinite(load) else f" (highest load tested {axis.fmt(load)})"
     if queued:  # below the ceiling with a queue, but the load never reached the ceiling
-        hint = ""
-        if kv_requests is not None and kv_requests < ceiling:
-            hint = f"; the KV cache holds only {kv_requests:.1f} requests of this workload"
         return ConfigCheck(
             took_effect=None,
             because=(
