@@ -47,6 +47,8 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from analysis.atomicwrite import temp_path, write_atomic
+
 PRELOAD_THREAD = "llm-locust-preload"
 """Name of the background import threads (:mod:`llm_locust.preload`, the analysis's kneed
 import) that :func:`save_figures` waits for before it forks."""
@@ -88,12 +90,7 @@ def save_figure(job: FigureJob) -> None:
     dpi = matplotlib.rcParams["savefig.dpi"]  # "figure": the figure's own, as savefig takes it
     fig = Figure(figsize=job.size_in, dpi=None if dpi == "figure" else dpi, layout="constrained")
     job.draw(fig.add_subplot())
-    temp = _temp_path(job, os.getpid())
-    try:
-        FigureCanvasAgg(fig).print_png(temp)
-        os.replace(temp, job.path)  # never a half-written PNG under its name (Ctrl-C, a kill)
-    finally:
-        temp.unlink(missing_ok=True)
+    write_atomic(job.path, FigureCanvasAgg(fig).print_png)  # never a half-written PNG under its name
 
 
 def save_figures(
@@ -123,7 +120,7 @@ def save_figures(
     """
     jobs = list(jobs)
     for job in jobs:  # what an earlier analysis killed mid-write left (its own pid in the name)
-        for stale in job.path.parent.glob(f".{job.path.name}.*.tmp"):
+        for stale in job.path.parent.glob(temp_path(job.path, "*").name):
             stale.unlink(missing_ok=True)
     half = (len(jobs) + 1) // 2 if parallel and (len(jobs) >= 2 or meanwhile is not None) and fork_is_safe() else 0
     pid = _fork_drawing(jobs[:half]) if half else None  # None: serial, or the fork failed
@@ -140,7 +137,7 @@ def save_figures(
             if code is None:  # this process is raising: end the child first
                 _end(pid)
             for job in theirs:  # what a failed child left half-written
-                _temp_path(job, pid).unlink(missing_ok=True)
+                temp_path(job.path, pid).unlink(missing_ok=True)
     for job in theirs if code else []:  # again here: the serial path's exception, or the PNGs after all
         save_figure(job)
 
@@ -167,10 +164,6 @@ def _usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def _temp_path(job: FigureJob, pid: int) -> Path:
-    return job.path.with_name(f".{job.path.name}.{pid}.tmp")
 
 
 def _fork_drawing(group: list[FigureJob]) -> int | None:
