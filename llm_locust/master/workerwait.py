@@ -79,7 +79,7 @@ def wait_for_workers(environment, *, wait_s: float = WAIT_S) -> float:
         connected.set()
 
     started = time.monotonic()
-    next_line = started + wait_s
+    next_line = started + wait_s  # bounded: the wait's end too (it stops there, before any line)
     environment.events.worker_connect.add_listener(on_connect)
     try:
         while len(runner.clients.ready) < expected:
@@ -92,7 +92,7 @@ def wait_for_workers(environment, *, wait_s: float = WAIT_S) -> float:
                 logger.info("waiting for workers: %d of %d ready after %.0f s",
                             len(runner.clients.ready), expected, now - started)  # fmt: skip
                 next_line = now + wait_s
-            connected.wait(timeout=max(0.0, min(next_line, started + wait_s if bounded else next_line) - now))
+            connected.wait(timeout=max(0.0, next_line - now))
             connected.clear()
             gevent.sleep(0)  # Locust adds the worker to its clients right after firing the event
     except KeyboardInterrupt:
