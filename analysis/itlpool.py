@@ -96,6 +96,40 @@ _MARK = -1
 """Written after every cell by :func:`_whole_numbers`: no time nor token count is negative."""
 
 
+def tokens_per_event(tokens: np.ndarray, m: np.ndarray, given: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Tokens each token event carried, for rows whose events lie end to end: the row's own
+    counts when it has one per event (``event_tokens``), else :func:`analysis.itl.request_itl`'s
+    spread: the first event one token and each later one ``(N - 1) / (m - 1)``, a single event
+    ``N``.
+
+    Parameters
+    ----------
+    tokens : numpy.ndarray
+        ``N`` of each row (output tokens), float64, shape (n,).
+    m, k : numpy.ndarray
+        Events and given counts of each row, int64, shape (n,) (:func:`split_numbers`' counts).
+    given : numpy.ndarray
+        The given counts end to end, shape (k.sum(),).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, shape (m.sum(),).
+
+    >>> tokens_per_event(np.array([5.0, 3.0]), np.array([3, 1]), np.zeros(0), np.array([0, 0])).tolist()
+    [1.0, 2.0, 2.0, 3.0]
+    """
+    starts = np.cumsum(m) - m
+    first = np.zeros(int(m.sum()), bool)
+    first[starts[m > 0]] = True
+    row = np.repeat(np.arange(len(m)), m)
+    c = np.repeat((tokens - 1.0) / np.maximum(m - 1, 1), m)
+    c[first] = np.where(m > 1, 1.0, tokens)[row[first]]
+    own = k == m
+    c[np.repeat(own, m)] = given[np.repeat(own, k)]
+    return c
+
+
 def _missing(cell: object) -> bool:
     """None, NaN or pandas' NA: a cell with nothing in it."""
     return cell is None or cell is pd.NA or (isinstance(cell, float) and math.isnan(cell))
@@ -371,11 +405,7 @@ class PooledItl:
             self._gaps.add_whole_us(gaps_us[inner])
         else:
             self._gaps.add(gaps_us[inner] / 1000.0, np.ones(int(inner.sum())))
-        # tokens per event: the row's own counts when it has one per event, else request_itl's spread
-        c = np.repeat((tokens - 1.0) / np.maximum(m - 1, 1), m)
-        c[first] = np.where(m > 1, 1.0, tokens)[row[first]]
-        own = k == m
-        c[np.repeat(own, m)] = given[np.repeat(own, k)]
+        c = tokens_per_event(tokens, m, given, k)
         valid = np.repeat((m > 0) & (tokens >= 2) & ~np.isnan(e2e), m)
         # the common event, neither first nor last and one token: its gap itself, weight 1
         simple = valid & inner & ~last & (c == 1.0)

@@ -283,17 +283,10 @@ def token_events(
     if plain.all():
         times, tokens, timed = np.repeat(starts, m) + event_us / 1e6, np.ones(len(event_us)), plain
     else:
+        from analysis.itlpool import tokens_per_event
+
         rows = np.repeat(np.arange(n), m)
-        position = np.arange(len(event_us)) - np.repeat(np.cumsum(m) - m, m)
-        events_n, row_total = m[rows].astype(float), total[rows]
-        carried = np.where(
-            events_n > 1,
-            np.where(position == 0, 1.0, (row_total - 1.0) / np.maximum(events_n - 1.0, 1.0)),
-            row_total,
-        )
-        use_given = (k == m) & (m > 0)
-        if use_given.any():
-            carried[np.repeat(use_given, m)] = carried_given[np.repeat(use_given, k)]
+        carried = tokens_per_event(total, m, carried_given, k)
         carried = np.where(np.isfinite(carried) & (carried >= 0), carried, np.nan)
         row_sum = np.bincount(rows, weights=np.nan_to_num(carried, nan=0.0), minlength=n)
         bad = np.bincount(rows, weights=~np.isfinite(carried) | ~np.isfinite(event_us), minlength=n) > 0
