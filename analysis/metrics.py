@@ -59,6 +59,12 @@ def tpot_ms(requests: pd.DataFrame) -> pd.Series:
     return tpot.astype("float64")
 
 
+def succeeded(error_kind: pd.Series) -> pd.Series:
+    """Whether each request succeeded: no ``error_kind`` (bool, same index). The one rule, for the
+    loaded requests (:func:`with_request_metrics`' ``ok``) and for blocks read apart from them."""
+    return error_kind.astype(str) == ""
+
+
 def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     """Copy of ``requests`` with derived per-request columns added.
 
@@ -78,7 +84,7 @@ def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     pandas.DataFrame
     """
     out = requests.copy(deep=False)  # copy-on-write: the new columns never reach ``requests``
-    out["ok"] = out["error_kind"].astype(str) == ""
+    out["ok"] = succeeded(out["error_kind"])
     out["t_end_s"] = end_time_s(requests)
     out["tpot_ms"] = tpot_ms(requests)
     out["decode_tps"] = decode_tps(out["tpot_ms"])

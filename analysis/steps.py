@@ -34,7 +34,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from analysis.metrics import mean_inflight, prorated_tokens, token_events, tokens_between, with_request_metrics
+from analysis.metrics import (
+    mean_inflight,
+    prorated_tokens,
+    succeeded,
+    token_events,
+    tokens_between,
+    with_request_metrics,
+)
 from analysis.metrics import quantile as _quantile
 from analysis.rate import RATE_COLUMNS, rate_columns
 from analysis.server.series import time_average
@@ -306,7 +313,7 @@ def window_tokens_from_file(path: Path, windows: pd.DataFrame) -> WindowTokens |
             done_s = sent_s + frame["e2e_ms"].to_numpy(float) / 1000.0  # NaN: kept, token_events decides
             crossing = np.searchsorted(edges, done_s, side="left") > np.searchsorted(edges, sent_s, side="right")
             crossing |= ~np.isfinite(done_s)
-            ok = (frame["error_kind"].astype(str).str.strip() == "").to_numpy(bool) & crossing
+            ok = succeeded(frame["error_kind"]).to_numpy(bool) & crossing  # as step_table's ok_mask
             times_s, counts, timed_ok = token_events(
                 frame["t_start_s"][ok],
                 frame["output_tokens"][ok],
