@@ -53,6 +53,13 @@ def test_a_cancelled_boot_ends_and_a_command_not_locusts_is_refused(tmp_path):
 LOCUST = [sys.executable, "-m", "locust"]
 
 
+def _locustfile(tmp_path):
+    """A locustfile whose user does nothing (the tests here watch processes, not requests)."""
+    path = tmp_path / "lf.py"
+    path.write_text("from locust import User, task\n\nclass U(User):\n    @task\n    def t(self):\n        pass\n")
+    return path
+
+
 def _parent_pid(pid: int) -> int:
     """The parent's process id from ``/proc/PID/stat`` (the field after the state)."""
     stat = open(f"/proc/{pid}/stat").read()
@@ -67,12 +74,10 @@ def test_a_booted_master_forks_its_workers_each_with_its_own_log_and_they_are_wa
     assert master is not None
     # a worker with no master keeps trying to connect: alive until it is told to stop
     port = free_port()
-    locustfile = tmp_path / "lf.py"
-    locustfile.write_text(
-        "from locust import User, task\n\nclass U(User):\n    @task\n    def t(self):\n        pass\n"
-    )
+    locustfile = _locustfile(tmp_path)
     waiting = [*LOCUST, "-f", str(locustfile), "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
     logs = [tmp_path / "w0.log", tmp_path / "w1.log"]
+    workers: list = []
     try:
         with pytest.raises(ValueError):  # a worker's command must say --worker
             BootedLocust.go(master, [*LOCUST, "--master", "--version"], tmp_path / "m.log", None,
@@ -102,7 +107,7 @@ def test_a_booted_master_forks_its_workers_each_with_its_own_log_and_they_are_wa
         workers[1].kill()  # ended: nothing to signal, no error
     finally:
         booted.cancel()
-        for worker in locals().get("workers", []):
+        for worker in workers:
             worker.kill()
 
 
@@ -111,10 +116,7 @@ def test_a_forked_worker_is_its_masters_child_while_both_run(tmp_path):
     booted = BootedLocust(1, plugin=False)
     master = booted.take_master()
     port = free_port()
-    locustfile = tmp_path / "lf.py"
-    locustfile.write_text(
-        "from locust import User, task\n\nclass U(User):\n    @task\n    def t(self):\n        pass\n"
-    )
+    locustfile = _locustfile(tmp_path)
     common = [*LOCUST, "-f", str(locustfile)]
     master_command = [*common, "--master", "--headless", "--master-bind-host", "127.0.0.1",
                       "--master-bind-port", str(port), "--expect-workers", "1", "-u", "1", "-t", "2s"]  # fmt: skip
