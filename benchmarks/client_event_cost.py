@@ -34,7 +34,6 @@ adding its own cost to each call.
 
 from __future__ import annotations
 
-import csv
 import gc
 import json
 import math
@@ -81,11 +80,6 @@ def stream_reads(rid: str, tokens: int, per_read: int) -> list[bytes]:
     return reads
 
 
-class _Lines:
-    def __init__(self, lines: list[str]) -> None:
-        self.write = lines.append
-
-
 def _best(fn, repeats: int) -> float:
     """Least CPU time of ``repeats`` calls, the cyclic collector off (its pauses are the process's,
     not a stage's)."""
@@ -123,7 +117,7 @@ def stage_costs(*, tokens: int = 256, per_read: int = 4, requests: int = 40, rep
     from llm_locust.client.sse import SSEDecoder
     from llm_locust.client.stream import Exchange, Limits, _Clock, _EventStream
     from llm_locust.client.watchdog import Watchdog
-    from llm_locust.master.rundir import csv_cells
+    from llm_locust.master.rundir import RequestLines
 
     class DecodingAdapter(OpenAIChatAdapter):
         text_opaque = False  # every event decoded and interpreted: no template
@@ -195,14 +189,14 @@ def stage_costs(*, tokens: int = 256, per_read: int = 4, requests: int = 40, rep
             streams.append(out)
 
     lines: list[str] = []
-    writer = csv.writer(_Lines(lines))
+    line = RequestLines().line
 
     def request() -> None:  # as the worker's RecordShipper: the row, and its requests.csv line
         lines.clear()
         for out in streams:
             record = RequestRecord(request_id="r", worker_id="w", name="chat", t_start_s=1.0)
             fill_record(record, out, max_tokens=tokens, ignore_eos=True)
-            writer.writerow(csv_cells(record.to_row()))
+            lines.append(line(record.to_row()))
 
     def bare() -> None:
         for _ in range(requests):

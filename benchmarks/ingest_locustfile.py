@@ -12,7 +12,6 @@ Within one 10 ms tick the records are copies of one realistic row (64 token time
 
 from __future__ import annotations
 
-import csv
 import time
 
 import gevent
@@ -20,7 +19,7 @@ from locust import User, events, task
 
 import llm_locust.plugin  # noqa: F401  (options, record shipping, run directory)
 from llm_locust.client.record import RequestRecord
-from llm_locust.master.rundir import csv_cells
+from llm_locust.master.rundir import RequestLines
 
 TICK_S = 0.01
 E2E_MS = 1300.0
@@ -33,14 +32,6 @@ def _options(parser, **_kwargs) -> None:
     parser.add_argument("--fake-tokens", type=int, default=64, help="token events per fake record")
 
 
-class _Line:
-    def __init__(self) -> None:
-        self.text = ""
-
-    def write(self, text: str) -> None:
-        self.text = text
-
-
 def template(index: int, worker_id: str, tokens: int = 64) -> tuple[tuple, str]:
     """One realistic row ending now, and its ``requests.csv`` line."""
     now = time.time()
@@ -51,9 +42,7 @@ def template(index: int, worker_id: str, tokens: int = 64) -> tuple[tuple, str]:
         token_times_us=" ".join(str(40100 + 19990 * k) for k in range(tokens)), max_tokens=tokens,
         response_id=f"chatcmpl-{index:016x}",
     )  # fmt: skip
-    line = _Line()
-    csv.writer(line).writerow(csv_cells(record.to_row()))
-    return record.to_row(), line.text
+    return record.to_row(), RequestLines().line(record.to_row())
 
 
 class FakeRecordUser(User):

