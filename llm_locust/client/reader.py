@@ -60,6 +60,9 @@ _EPOLLIN = getattr(select, "EPOLLIN", 1)
 # whose value Python then exports itself): a struct timespec of two native longs, the wall clock
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
 _TIMESPEC = struct.Struct("@ll")
+_TIMESPEC_BYTES = _TIMESPEC.size
+_unpack_timespec = _TIMESPEC.unpack_from
+_SOL_SOCKET = socket.SOL_SOCKET
 _ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 
 
@@ -121,8 +124,8 @@ def stamped_recv(raw, loop_t: float, now: float | None = None, perf_minus_wall_s
     """
     data, ancillary, _flags, _address = raw.recvmsg(RECV_BYTES, _ANCILLARY_BYTES)
     for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= _TIMESPEC.size:
-            seconds, nanoseconds = _TIMESPEC.unpack_from(payload)
+        if level == _SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= _TIMESPEC_BYTES:
+            seconds, nanoseconds = _unpack_timespec(payload)
             if now is None:
                 now_wall, now = time.clock_gettime(_REALTIME), time.perf_counter()
                 perf_minus_wall_s = now - now_wall

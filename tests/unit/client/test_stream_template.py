@@ -151,3 +151,28 @@ def test_reads_of_template_chunks_only_give_what_decoding_gives(scripted_server)
             else:
                 groups.append(1)
         assert groups == expected_groups
+
+
+@pytest.mark.parametrize(
+    "between",
+    [": keep-alive\n\n", "event: ping\ndata: {}\n\n", "\n", "retry: 10\n\n", "data: {}\n\n"],
+    ids=["comment", "named-event", "blank-line", "retry", "other-data"],
+)
+def test_a_read_with_other_lines_between_template_chunks_is_read_as_decoding_reads_it(scripted_server, between):
+    # a read made of template token chunks with something else between two of them must not
+    # pass for a run of template chunks: what it holds is what the decoding way says
+    first = "".join([sse(chat(role=True)), sse(chat("one")), sse(chat("two"))])
+    mixed = sse(chat("a")) + sse(chat("b")) + between + sse(chat("c"))
+    pieces = [first, mixed, sse(chat("end", finish="stop")), DONE]
+    results = []
+    for opaque in (True, False):
+        url, _ = scripted_server(sse_script([(0.02, piece) for piece in pieces]))
+        exchange, _ = run_exchange(ConnectionPool(Target(url)), REQUEST, _Counting(opaque=opaque), Limits(), Watchdog())
+        results.append(exchange)
+    fast, slow = results
+    for exchange in results:
+        assert exchange.failure is None and exchange.done
+    assert "".join(fast.texts) == "".join(slow.texts)
+    assert "".join(slow.texts).startswith("onetwoab")  # what each way reads is the same, and not nothing
+    assert (fast.token_events, fast.sse_events) == (slow.token_events, slow.sse_events)
+    assert len(_stamps(fast)) == fast.token_events and len(_stamps(slow)) == slow.token_events
