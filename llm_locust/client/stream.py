@@ -500,7 +500,7 @@ class _EventStream:
 
     __slots__ = ("out", "parser", "body", "decoder", "interpret", "clock", "first_token", "first_answer",
                  "need_id", "last_event_t", "draining", "reusable", "message_ends", "streamed", "last_t",
-                 "template", "sse", "run_head", "run_tail", "run_sep")  # fmt: skip
+                 "template", "sse", "run_head", "run_tail", "run_sep", "renewing")  # fmt: skip
 
     def __init__(self, parser: HTTPResponse, adapter: Adapter, clock: _Clock, out: Exchange) -> None:
         self.out = out
@@ -531,6 +531,8 @@ class _EventStream:
         """With such a template: ``suffix + b"\\n\\n"``."""
         self.run_sep = b""
         """With such a template: ``run_tail + run_head``, what separates two texts of a run."""
+        self.renewing = False
+        """The deadline is the stall one, renewed by the watchdog (:meth:`_renew`)."""
 
     def take(self, data: bytes | None, t: float) -> bool:
         """Take one read's bytes (``b""``: the peer closed; None: only what the parser holds).
@@ -578,25 +580,27 @@ class _EventStream:
                 return self._message_ended()
             self.draining = True
             deadline = self.clock.deadline
-            deadline.at, deadline.kind, deadline.message = (
+            deadline.at, deadline.kind, deadline.message, deadline.renew = (
                 time.perf_counter() + AFTER_DONE_GRACE_S,
                 None,
                 "after [DONE]",
+                None,
             )
             self.clock.watchdog.moved(deadline)
             return False
         if parser.message_complete:
             self.settle(None)
             return self._message_ended()
-        if self.first_token:
-            clock = self.clock
-            deadline = clock.deadline
-            stall_t = self.last_event_t + clock.stall_s
-            if deadline.kind is ErrorKind.STALL_TIMEOUT and deadline.at <= stall_t < clock.total_t:
-                deadline.at = stall_t  # _Clock.after_event's common case, inlined: later needs no word
-            else:
-                clock.after_event(self.last_event_t)
+        if self.first_token and not self.renewing:  # from the first token on: the stall deadline
+            self.renewing = True
+            self._renew()
+            self.clock.deadline.renew = self._renew  # later events move it without a word
         return False
+
+    def _renew(self) -> None:
+        """The deadline after the first token, as of the last event (:meth:`_Clock.after_event`):
+        ``Deadline.renew`` while the stream is under way (see :mod:`~llm_locust.client.watchdog`)."""
+        self.clock.after_event(self.last_event_t)
 
     def _answer_ended(self) -> None:
         """The complete message ended a JSON-lines or one-body answer; a one-body answer keeps
