@@ -95,8 +95,10 @@ class Watchdog:
             self._wake.set()
 
     def disarm(self, deadline: Deadline) -> None:
-        """Stop watching ``deadline`` (its exchange is over); a second call does nothing."""
+        """Stop watching ``deadline`` (its exchange is over); a second call does nothing. Its
+        ``renew`` is dropped: it refers back to the exchange (a cycle only the collector frees)."""
         deadline.armed = False
+        deadline.renew = None
         self._deadlines.discard(deadline)
         self._open.discard(deadline)
 
