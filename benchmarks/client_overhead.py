@@ -2,7 +2,7 @@
 late it stamps the first token, and how much memory an open stream costs — next to a bare
 socket reader measured in the same run. The ratio is the figure.
 
-    .venv/bin/python benchmarks/client_overhead.py            # about 5 minutes on 2 cores
+    .venv/bin/python benchmarks/client_overhead.py            # about 7 minutes on 2 cores
 
 Runs after the README's plain install (``pip install -e .``); the sseclient-py line of the
 stage table needs the test extra (``pip install -e '.[test]'``) and reads nan without it.
@@ -30,7 +30,8 @@ write: how many events a core can take) and *latency* (``--latency-streams`` str
 default, at ``--latency-rate``, one event per write: how late the first token is stamped, and
 what an open stream costs in memory, at scale). The capacity phase runs ``--rounds`` times, the
 two clients back to back in alternating order, and its medians are the result: on a shared
-virtual machine one run moves by ±10 % or more. Figures, over a steady window after the ramp:
+virtual machine one run moves by ±10 % or more (five rounds by default: with three, one slow
+round of either client moved the median ratio by 0.06 on 4 Dec 2026). Figures, over a steady window after the ramp:
 token events/s received per CPU-second of the client process (its ``psutil`` CPU time over the
 window); TTFT error = client's first-token stamp - server's send stamp (p50, p99, joined on the
 response id); RSS per open stream (RSS during the window minus RSS before the streams opened, /
@@ -426,7 +427,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256, help="tokens per request")
     parser.add_argument("--ramp-s", type=float, default=4.0)
     parser.add_argument("--window-s", type=float, default=10.0)
-    parser.add_argument("--rounds", type=int, default=3, help="capacity rounds (medians are reported; 0: none)")
+    parser.add_argument("--rounds", type=int, default=5, help="capacity rounds (medians are reported; 0: none)")
     parser.add_argument("--bare-parser", choices=("orjson", "stdlib"), default="orjson",
                         help="the bare reader's JSON parser (orjson: the product's)")  # fmt: skip
     parser.add_argument("--client-core", type=int, default=1, help="core the client process is pinned to")
