@@ -34,6 +34,18 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def finite_non_negative_float(text: str) -> float:
+    """A float from 0 up, not inf (a request body's sampling value: JSON has no nan or inf).
+
+    >>> finite_non_negative_float("0.7")
+    0.7
+    """
+    value = non_negative_float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
 def positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -251,7 +263,7 @@ def add_options(parser) -> None:
         metavar="BOOL",
         help="Send ignore_eos so every request generates max_tokens (default true)",
     )
-    group.add_argument("--temperature", type=float, default=0.0, help="Sampling temperature")
+    group.add_argument("--temperature", type=finite_non_negative_float, default=0.0, help="Sampling temperature")
     group.add_argument("--prompts-file", default="", help="JSON list of prompts, or one prompt per line")
     group.add_argument(
         "--api-key",

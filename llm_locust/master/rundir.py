@@ -39,8 +39,8 @@ def csv_cells(row) -> list:
     >>> csv_cells(("a", 1, float("nan"), None, 2.5))
     ['a', 1, '', '', 2.5]
     """
-    # ``v != v`` is NaN's test (a float or a float subclass), inline: one call per row, not per cell
-    return ["" if value is None or value != value else value for value in row]
+    # inline (one call per row, not per cell); ``v != v`` is NaN's test for a float
+    return ["" if value is None or (isinstance(value, float) and value != value) else value for value in row]
 
 
 class _Lines:

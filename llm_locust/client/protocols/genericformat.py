@@ -34,6 +34,8 @@ keys needs no JSONPath library.
 
 from __future__ import annotations
 
+import datetime
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -160,7 +162,12 @@ def _fill(template: Any, values: dict[str, Any]) -> Any:
 
 
 def _check_template(template: Any, where: str, found: dict[str, JsonPath], at: JsonPath = ()) -> None:
-    """Reject unknown placeholders (naming the key); note where each placeholder sits."""
+    """Reject unknown placeholders and values JSON has not (a TOML date or time, a float that is
+    nan or inf), naming the key; note where each placeholder sits."""
+    if isinstance(template, (datetime.date, datetime.time)):  # datetime is a date
+        raise FormatError(f"{where}: a TOML date or time is not a JSON value; write it as a string")
+    if isinstance(template, float) and not math.isfinite(template):
+        raise FormatError(f"{where}: {template} is not a JSON number")
     if isinstance(template, dict):
         for key, item in template.items():
             _check_template(item, f"{where}.{key}", found, (*at, key))

@@ -159,6 +159,9 @@ def test_llama_cpp_timings_of_the_captured_stream_are_recorded(scripted_server):
         ({'server_queue_ms = "t.queue"': 'queue_ms = "t.queue"'}, "[response.timings] unknown key 'queue_ms'"),
         ({"[response]\n": "[respons]\n"}, "unknown table [respons]"),
         ({"[request]": "[request"}, "not TOML"),
+        ({"greedy = true": "greedy = true, temp = nan"}, "[request.body].params.temp: nan is not a JSON number"),
+        ({"greedy = true": "greedy = true, top = -inf"}, "[request.body].params.top: -inf is not a JSON number"),
+        ({"greedy = true": "greedy = true, seed = 2026-12-04"}, "[request.body].params.seed: a TOML date or time"),
     ],
 )
 def test_malformed_format_file_is_refused_naming_the_key(tmp_path, replace, message):

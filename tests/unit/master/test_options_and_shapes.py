@@ -352,3 +352,12 @@ def test_the_drain_ends_as_soon_as_the_last_user_is_gone():
     clock.t = 11.0
     assert shape.tick() is None
     assert clock.t == pytest.approx(gone_at_s)
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-1", "-0.5", "Infinity"])
+def test_a_temperature_json_cannot_carry_is_refused(text):
+    from llm_locust.options import finite_non_negative_float
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        finite_non_negative_float(text)
+    assert finite_non_negative_float("0") == 0.0 and finite_non_negative_float("1.25") == 1.25

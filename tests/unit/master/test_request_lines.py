@@ -72,3 +72,18 @@ def test_one_formatter_many_rows_and_the_file_reads_back():
     assert back[0][CSV_COLUMNS.index("error_message")] == 'x, "y"'
     assert back[1][CSV_COLUMNS.index("name")] == "chat, quoted"
     assert back[2][CSV_COLUMNS.index("ttft_ms")] == ""  # NaN: not measured
+
+
+def test_only_float_nan_and_none_become_empty_cells():
+    # what csv.writer then formats as it always did: a NaN of another type is not ours to blank
+    from decimal import Decimal
+
+    import numpy as np
+    import pandas as pd
+
+    from llm_locust.master.rundir import csv_cells
+
+    values = (None, math.nan, np.float64("nan"), np.float32("nan"), Decimal("NaN"), pd.NA, "", 0, False)
+    assert [repr(c) for c in csv_cells(values)] == [
+        "''", "''", "''", repr(np.float32("nan")), "Decimal('NaN')", "<NA>", "''", "0", "False"
+    ]  # fmt: skip
