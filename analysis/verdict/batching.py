@@ -393,7 +393,7 @@ def compute(usable: pd.DataFrame, rules: Rules) -> tuple[Evidence, pd.Series | N
     """Rule ``compute``: running keeps rising with no queue, yet output throughput stops rising.
 
     The first usable step ``i >= 1`` where the throughput gain per doubling is below
-    ``rules.compute_gain_per_doubling``, waiting <= ``rules.waiting_threshold`` and running rose
+    ``rules.compute_gain_per_doubling``, no queue (:func:`step_wait_bound`) and running rose
     above ``(1 + rules.running_rise_tol)`` x the previous step's: the server batches every
     request it gets, and each decode step just takes longer - the hardware is at its limit.
     ``output_tps`` here is the throughput :func:`analysis.verdict.diagnose.judged_throughput`
@@ -415,7 +415,7 @@ def compute(usable: pd.DataFrame, rules: Rules) -> tuple[Evidence, pd.Series | N
         if (
             gain < rules.compute_gain_per_doubling
             and rising
-            and row["server_waiting"] <= rules.waiting_threshold
+            and row["server_waiting"] <= step_wait_bound(row["server_running"], rules)
             and not _rises_later(rows, i, rules)
         ):
             values = {
@@ -439,7 +439,8 @@ def compute(usable: pd.DataFrame, rules: Rules) -> tuple[Evidence, pd.Series | N
             text = (
                 f"at {axis.fmt(row[axis.column])} running rose "
                 f"{prev['server_running']:.2f} -> {row['server_running']:.2f} with no queue "
-                f"(waiting {row['server_waiting']:.2f}), yet output throughput gained only "
+                f"(waiting {row['server_waiting']:.2f}, within the {step_wait_bound(row['server_running'], rules):.2f} "
+                "that wait only for a decode step's end), yet output throughput gained only "
                 f"x{gain:.2f} per doubling (TPOT p50 {prev['tpot_p50_ms']:.1f} -> "
                 f"{row['tpot_p50_ms']:.1f} ms): the hardware is at its limit"
             )
@@ -450,6 +451,21 @@ def compute(usable: pd.DataFrame, rules: Rules) -> tuple[Evidence, pd.Series | N
         holds=False,
         text="no step where throughput stops rising while running still rises without a queue",
     ), None
+
+
+def step_wait_bound(running: float, rules: Rules) -> float:
+    """The most requests that may wait, on average, at a step with ``running`` requests running
+    for the ``compute`` rule to count it as "no queue": ``rules.waiting_threshold``, or
+    ``rules.compute_wait_share`` x running when more.
+
+    A request that arrives while the engine runs a decode step waits for that step's end (vLLM,
+    the embedded server), so a batch that grows and slows keeps a few requests waiting without a
+    queue: about running / (2 x tokens per request) on average, and a step of three scrapes can
+    read several times that (the embedded server's compute scenario: 1.14 waiting beside 6.86
+    running, 0 at the next step). A queue of a ceiling or a full KV cache holds what running
+    cannot take, and running does not rise there.
+    """
+    return max(rules.waiting_threshold, rules.compute_wait_share * running)
 
 
 def _rises_later(rows: pd.DataFrame, i: int, rules: Rules) -> bool:

@@ -59,6 +59,10 @@ class Rules:
         2 to 4 users while it still batched every request).
     waiting_threshold : float, default 0.5
         Time-averaged server waiting requests above which requests wait (a queue).
+    compute_wait_share : float, default 0.2
+        For the ``compute`` rule: waiting up to this share of running is still no queue (requests
+        waiting only for the current decode step to end,
+        :func:`analysis.verdict.batching.step_wait_bound`).
     ttft_growth : float, default 1.5
         TTFT p50 ratio to the previous step above which TTFT climbs.
     running_ceiling : float, default 0.9
@@ -118,6 +122,7 @@ class Rules:
     min_gain_per_doubling: float = 1.15
     compute_gain_per_doubling: float = 1.05
     waiting_threshold: float = 0.5
+    compute_wait_share: float = 0.2
     ttft_growth: float = 1.5
     running_ceiling: float = 0.9
     running_rise_tol: float = 0.05

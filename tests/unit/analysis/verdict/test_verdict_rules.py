@@ -190,6 +190,32 @@ def test_compute_running_rises_without_a_queue_and_throughput_stops():
     assert verdict.critical.saturated_users == 8
 
 
+def test_requests_waiting_for_a_decode_steps_end_are_no_queue_for_compute():
+    # the embedded server's compute scenario in one CI run (roofline: 20 ms a step up to 4
+    # sequences, 5 ms a sequence beyond): at 8 users 1.14 requests waited on average beside 6.86
+    # running (requests arriving mid-step wait for its end; three scrapes a step), 0 at 16
+    tab = table(
+        users=[1, 2, 4, 8, 16],
+        tput=[49.7, 97.4, 194.6, 197.4, 198.0],
+        ttft=[23, 41, 42, 70, 107],
+        running=[1.0, 1.79, 4.0, 6.86, 16.0],
+        waiting=[0.0, 0.21, 0.0, 1.14, 0.0],
+        tpot=[20.0, 20.0, 20.1, 39.6, 79.4],
+    )
+    config = vllm(64)
+    verdict = judge(tab, config)
+    assert verdict.bottleneck is K.COMPUTE and verdict.critical_concurrency == 4
+    e = ev(verdict, "compute")
+    assert e.values["users"] == 8 and e.values["server_waiting"] == 1.14
+    assert "within the 1.37" in e.text  # 0.2 x 6.86 running
+    # a queue of a fifth of running or more is a queue: not compute at 8 (16 breaks no plateau
+    # either way, so the rule then names 16, where nothing waits)
+    tab.loc[3, "server_waiting"] = 1.4  # > 1.372
+    assert ev(judge(tab, config), "compute").values["users"] == 16
+    tab.loc[4, "server_waiting"] = 3.3  # > 0.2 x 16
+    assert not ev(judge(tab, config), "compute").holds
+
+
 def test_a_real_cpu_vllm_still_batching_is_not_compute_bound():
     # measured on the real vLLM (max_num_seqs 4, shared 2-core CPU): 2 -> 4 users gained x1.127
     # with no queue while running rose 1.73 -> 3.95; at 8 users requests queued at the ceiling
