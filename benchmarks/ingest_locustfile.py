@@ -42,7 +42,8 @@ def template(index: int, worker_id: str, tokens: int = 64) -> tuple[tuple, str]:
         token_times_us=" ".join(str(40100 + 19990 * k) for k in range(tokens)), max_tokens=tokens,
         response_id=f"chatcmpl-{index:016x}",
     )  # fmt: skip
-    return record.to_row(), RequestLines().line(record.to_row())
+    row = record.to_row()
+    return row, RequestLines().line(row)
 
 
 class FakeRecordUser(User):
