@@ -175,9 +175,35 @@ class Stopped(Exception):
         self.code = code
 
 
-def _locust(locustfile: str, run_dir: Path, workers: int, args: list[str], timeout_s: float, signals) -> int:
-    """Run one Locust shape; raise :class:`Stopped` when it was stopped (124/130/143)."""
+def exit_code_on_error(extra: list[str]) -> int:
+    """The ``--exit-code-on-error`` among the Locust flags (Locust's default, 1, when not given):
+    the code a Locust run that measured, with some requests failing, ends with.
+
+    >>> exit_code_on_error(["--exit-code-on-error", "0"]), exit_code_on_error([])
+    (0, 1)
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--exit-code-on-error", type=int, default=1)
+    try:
+        return parser.parse_known_args(extra)[0].exit_code_on_error
+    except SystemExit:  # a malformed value: Locust's own parser refuses it, and the run fails
+        return 1
+
+
+def _locust(
+    locustfile: str, run_dir: Path, workers: int, args: list[str], timeout_s: float, signals, *, on_error: int = 1
+) -> bool:
+    """Run one Locust shape; raise :class:`Stopped` when it was stopped (124/130/143).
+
+    Returns
+    -------
+    bool
+        True when the run measured: Locust ended with 0, or with ``on_error`` (its
+        ``--exit-code-on-error``: some requests failed). Otherwise (a Locust error, a master that
+        refused to record) the master's own words are printed and False is returned.
+    """
     from llm_locust.run.launcher import STOPPED_CODES, LocustRun, run_locust
+    from llm_locust.run.postrun import report_master_failure
     from llm_locust.run.preflight import LOCUSTFILES
 
     code = run_locust(
@@ -188,7 +214,10 @@ def _locust(locustfile: str, run_dir: Path, workers: int, args: list[str], timeo
     )
     if code in STOPPED_CODES:
         raise Stopped(code)
-    return code
+    if code not in (0, on_error):
+        report_master_failure(run_dir, code, "llm-locust diagnose")
+        return False
+    return True
 
 
 def measure_round(
@@ -233,15 +262,17 @@ def measure_round(
     print(
         f"\n=== round {name}: {host} ===\n-- 1. single-request baseline ({args.baseline_requests} requests, one at a time)"
     )
-    _locust(
+    on_error = exit_code_on_error(extra)
+    measured = _locust(
         "baseline.py",
         folder / "baseline",
         1,
         [*common, "--baseline-requests", str(args.baseline_requests)],
         60.0 + args.baseline_requests * 120.0,
         signals,
+        on_error=on_error,
     )
-    if report_outcome(folder / "baseline", prog="llm-locust diagnose"):
+    if not measured or report_outcome(folder / "baseline", prog="llm-locust diagnose"):
         out.failed = True
         return out, ladder
     out.baseline = analyze_run(folder / "baseline")
@@ -259,7 +290,7 @@ def measure_round(
             f"-- 3. {'rate ladder' if rate else 'ladder'} {steps}{' req/s' if rate else ''}, {args.dwell_s:g} s a step"
         )
         run_dir = folder / "ladder"
-        _locust(
+        measured = _locust(
             "rate.py" if rate else "ladder.py",
             run_dir,
             args.workers,
@@ -273,8 +304,9 @@ def measure_round(
             ],
             len(ladder) * args.dwell_s + 180.0,
             signals,
+            on_error=on_error,
         )
-        if report_outcome(run_dir, prog="llm-locust diagnose"):
+        if not measured or report_outcome(run_dir, prog="llm-locust diagnose"):
             out.failed = True
             return out, ladder
         out.ladder = analyze_run(run_dir, fail_on=getattr(args, "thresholds", ()))
@@ -318,7 +350,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     from analysis.thresholds import EXIT_THRESHOLD_FAILED, check_steps, parse_thresholds
     from llm_locust.auth import API_KEY_ENV, api_key_out_of_argv
     from llm_locust.run.launcher import SigtermAsInterrupt
-    from llm_locust.run.preflight import default_run_dir, preflight_or_exit
+    from llm_locust.run.preflight import default_run_dir, out_dir_problem, preflight_or_exit
 
     try:
         if args.ladder is not None and args.rates is not None:
@@ -339,12 +371,16 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     except (ValueError, RunDirError) as exc:
         print(f"llm-locust diagnose: error: {exc}", file=sys.stderr)
         return 2
+    out = args.out or default_run_dir("diagnose")
+    # a folder used before: its master would refuse to record and its old verdict read back as new
+    if problem := out_dir_problem(out):
+        print(f"llm-locust diagnose: error: {problem}", file=sys.stderr)
+        return 2
     # the key the Locust runs will send (--api-key among the Locust flags, else LLM_LOCUST_API_KEY)
     api_key = api_key_out_of_argv(extra)[1] or os.environ.get(API_KEY_ENV, "")
     for host, model in ((args.host, args.model), (args.host_b, args.model_b or args.model)):
         if host:
             preflight_or_exit(host, model=model, api_key=api_key, prog="llm-locust diagnose", model_required=False)
-    out = args.out or default_run_dir("diagnose")
     out.mkdir(parents=True, exist_ok=True)
     print(f"output: {out}")
     started = time.monotonic()

@@ -13,6 +13,7 @@ import csv
 import json
 import math
 import os
+import re
 import sys
 from collections import Counter
 from contextlib import contextmanager
@@ -60,6 +61,48 @@ def _user_errors(run_dir: Path) -> list[dict]:
         return json.loads((run_dir / RUN_JSON).read_text()).get("user_errors") or []
     except (OSError, ValueError, AttributeError):
         return []
+
+
+_LOG_LEVEL = re.compile(r"^\[[^\]]*\] [^/]*/(ERROR|CRITICAL)/")
+
+
+def master_failure_lines(run_dir: Path, *, limit: int = 6) -> list[str]:
+    """What the Locust master's log (``locust_master.log``) says of why it failed, for the console.
+
+    The lines taken, in order, the last ``limit`` of them: log records at ERROR or CRITICAL
+    (Locust's ``[time] host/LEVEL/logger: message`` format), argparse's ``prog: error: …`` line
+    (an unknown flag), and the last line of each traceback (``FileExistsError: …``). An empty
+    list when the log is missing or says none of these.
+    """
+    try:
+        text = (run_dir / MASTER_LOG).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    found: list[str] = []
+    in_traceback = False
+    for line in text.splitlines():
+        if line.startswith("Traceback (most recent call last)"):
+            in_traceback = True
+            continue
+        if in_traceback:
+            if not line or line[0].isspace():
+                continue
+            in_traceback = False
+            if not line.startswith("During handling"):
+                found.append(line.strip())
+            continue
+        if _LOG_LEVEL.match(line) or ": error: " in line:
+            found.append(line.strip())
+    unique = list(dict.fromkeys(found))
+    return unique[-limit:]
+
+
+def report_master_failure(run_dir: Path, code: int, prog: str) -> None:
+    """One line saying the Locust run failed (its exit code, its log), then the master's own
+    words (:func:`master_failure_lines`), on stderr."""
+    print(f"{prog}: the Locust run failed (exit {code}); its log: {run_dir / MASTER_LOG}", file=sys.stderr)
+    for line in master_failure_lines(run_dir):
+        print(f"  {line[:300]}", file=sys.stderr)
 
 
 def report_outcome(run_dir: Path, prog: str = "llm-locust run") -> bool:
@@ -209,7 +252,7 @@ def finish_run_result(
 
     stopped = code in STOPPED_CODES
     if code and not stopped and code != exit_code_on_error and not recorded_requests(run_dir):
-        print(f"locust exited with code {code}; see {run_dir / MASTER_LOG}", file=sys.stderr)
+        report_master_failure(run_dir, code, prog)
         return code, None
     print_client_report(run_dir)
     none_succeeded = report_outcome(run_dir, prog)
@@ -223,12 +266,11 @@ def finish_run_result(
     if fail_on and (not code or code == exit_code_on_error):
         return analyzed, result
     if code:
-        why = (
-            "some requests failed or a user raised (Locust's --exit-code-on-error)"
-            if code == exit_code_on_error
-            else f"see {run_dir / MASTER_LOG}"
-        )
-        print(f"{prog}: locust exited with code {code}: {why}", file=sys.stderr)
+        if code == exit_code_on_error:
+            why = "some requests failed or a user raised (Locust's --exit-code-on-error)"
+            print(f"{prog}: locust exited with code {code}: {why}", file=sys.stderr)
+        else:
+            report_master_failure(run_dir, code, prog)
         return code, result
     return analyzed, result
 

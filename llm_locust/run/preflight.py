@@ -21,8 +21,14 @@ MASTER_LOG = "locust_master.log"
 
 
 def default_run_dir(prefix: str = "run") -> Path:
-    """``runs/<prefix>-YYYYmmdd-HHMMSS`` under the current folder."""
-    return Path("runs") / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """``runs/<prefix>-YYYYmmdd-HHMMSS`` under the current folder, a folder that does not exist yet
+    (``-2``, ``-3``, … appended when two runs start in the same second)."""
+    base = Path("runs") / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def run_dir_problem(run_dir: Path) -> str | None:
@@ -30,6 +36,27 @@ def run_dir_problem(run_dir: Path) -> str | None:
     held = [name for name in (RUN_JSON, REQUESTS_CSV, SERVER_METRICS_CSV, MASTER_LOG) if (run_dir / name).exists()]
     if held:
         return f"--run-dir {run_dir} already holds a run ({', '.join(held)}): use a new directory"
+    return None
+
+
+def out_dir_problem(out: Path, flag: str = "--out") -> str | None:
+    """Why ``out`` cannot take a new diagnosis (it is a file, or a folder that holds anything), or None.
+
+    ``diagnose`` writes several run directories and an index under one folder: into a folder used
+    before, its master would refuse to record (``requests.csv`` exists) while the earlier files
+    were read back as the new round's, so any non-empty folder is refused before any load.
+
+    >>> out_dir_problem(Path("/nonexistent/llm-locust-out")) is None
+    True
+    """
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        return f"{flag} {out} is a file: give a new folder"
+    held = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir())
+    if held:
+        shown = ", ".join(held[:4]) + (", …" if len(held) > 4 else "")
+        return f"{flag} {out} already holds files ({shown}), an earlier run's: give a new folder (nothing was sent)"
     return None
 
 

@@ -27,11 +27,11 @@ def write_requests(run_dir, kinds: list[str]) -> None:
         (["", "http_429"], 0, 1, 0, None),
         (["", "http_429"], 1, 1, 1, "locust exited with code 1: some requests failed"),
         (["", "http_429"], 3, 3, 3, "locust exited with code 3: some requests failed"),
-        (["", "http_429"], 2, 1, 2, "locust exited with code 2: see"),
+        (["", "http_429"], 2, 1, 2, "the Locust run failed (exit 2)"),
         (["", "http_429"], 143, 1, 143, None),
         (["http_429", "http_429"], 1, 1, 1, "all 2 requests failed"),
         (["http_429", "http_429"], 130, 1, 130, "all 2 requests failed"),
-        ([], 2, 1, 2, "locust exited with code 2; see"),
+        ([], 2, 1, 2, "the Locust run failed (exit 2)"),
         ([], 124, 1, 124, "no request was recorded"),
     ],
 )
