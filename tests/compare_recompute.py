@@ -54,3 +54,42 @@ def single_ttft_median(run_dir: Path) -> float:
     meta = json.loads((run_dir / "run.json").read_text())
     rows = sorted(ok_rows(run_dir), key=lambda r: float(r["t_start_s"]))[: meta["shape"]["requests"]]
     return statistics.median(float(r["ttft_ms"]) for r in rows)
+
+
+def _arrivals(row: dict) -> list[tuple[float, float]]:
+    """(instant, tokens) of each token event of a row, tokens scaled to its ``output_tokens``
+    (DESIGN.md: the first event one token and the others ``(N - 1) / (m - 1)`` each unless
+    ``event_tokens`` gives the counts); [] when the row recorded no event times."""
+    times = [float(x) for x in (row.get("token_times_us") or "").split()]
+    total = float(row["output_tokens"])
+    if not times or not total > 0:
+        return []
+    given = [float(x) for x in (row.get("event_tokens") or "").split()]
+    if len(given) != len(times):
+        given = [1.0] + [(total - 1) / (len(times) - 1)] * (len(times) - 1) if len(times) > 1 else [total]
+    scale = total / sum(given)
+    start = float(row["t_start_s"])
+    return [(start + t / 1e6, n * scale) for t, n in zip(times, given)]
+
+
+def step_tps_prorated(run_dir: Path, users: float) -> float:
+    """Prorated output tokens/s of the step at ``users``: the tokens that arrived in the steady
+    window / window (each token at its recorded arrival; a row without event times spreads its
+    tokens evenly over ``[t_start + ttft, t_end]``)."""
+    meta = json.loads((run_dir / "run.json").read_text())
+    warmup = meta["shape"].get("warmup_s") or 0.0
+    step = next(s for s in meta["shape"]["steps"] if s["users"] == users)
+    lo, hi = step["start_s"] + warmup, step["end_s"]
+    tokens = 0.0
+    for row in ok_rows(run_dir):
+        events = _arrivals(row)
+        if events:
+            tokens += sum(n for t, n in events if lo <= t < hi)
+            continue
+        first = float(row["t_start_s"]) + float(row["ttft_ms"]) / 1000.0
+        end = float(row["t_start_s"]) + float(row["e2e_ms"]) / 1000.0
+        if end > first:
+            tokens += float(row["output_tokens"]) * max(0.0, min(end, hi) - max(first, lo)) / (end - first)
+        elif lo <= end < hi:
+            tokens += float(row["output_tokens"])
+    return tokens / (hi - lo)

@@ -164,7 +164,7 @@ def comparison_json(comparison: Comparison) -> dict:
         )
     attributions = [a.to_json() for a in comparison.attributions]
     return {
-        "schema": 1,
+        "schema": 2,
         "load_axis": axis.quantity,
         "baseline_round": comparison.rounds[0].name,
         "rounds": rows,

@@ -24,6 +24,7 @@ from analysis.compare.changes import RoundDirs
 from analysis.compare.stats import (
     THROUGHPUT_SLICES,
     Estimate,
+    bin_mean_ci,
     median_ci,
     median_ratio_ci,
     nan_estimate,
@@ -33,6 +34,11 @@ from analysis.loadaxis import USERS, LoadAxis, load_axis
 from analysis.metrics import prorated_tokens, with_request_metrics
 from analysis.report.pipeline import AnalysisResult, analyze
 from analysis.server.serverlog.errors import count_by_kind
+from analysis.steps import step_table, window_tokens_from_file
+
+PRORATED_BIN_S = 1.0
+"""Target length of the bins a step window is cut into for the prorated throughput's interval, s
+(:func:`prorated_step_estimates`)."""
 
 TIMEOUT_KINDS: tuple[str, ...] = ("connect_timeout", "ttft_timeout", "stall_timeout", "total_timeout")
 """Client error kinds counted as timeouts."""
@@ -61,10 +67,18 @@ class RoundSummary:
         ``{load level: Estimate}``: output tokens/s of each step with its interval
         (:func:`analysis.compare.stats.throughput_ci`), keyed by :attr:`axis` (target users, or
         offered requests/s).
+    step_tps_prorated : dict
+        ``{load level: Estimate}``: each step's ``output_tps_prorated`` (tokens that arrived in
+        the window / window, tokens/s) with its interval over the window's one-second bins
+        (:func:`prorated_step_estimates`); what the attribution compares.
     single_ttft_ms, single_decode_tps : Estimate
         Median TTFT (ms) and decode rate (tokens/s per request) of the single-request requests.
     single_ttft_values, single_decode_values : numpy.ndarray
         The per-request values behind them (for the ratio intervals).
+    single_prefill_values : numpy.ndarray
+        The server's own prefill time of each single request, ms (``server_prompt_ms``: llama.cpp's
+        ``timings.prompt_ms``, a format file's ``[response.timings]``); NaN where the server sent
+        none (empty array without single requests).
     single_source : str
         ``"baseline run (N requests)"``, ``"ladder step at concurrency 1"`` or ``"none"``.
     single_repeat_decode_ratio, single_repeat_ttft_ratio : Estimate
@@ -106,6 +120,8 @@ class RoundSummary:
     critical_users: float | None
     single_repeat_decode_ratio: Estimate = field(default_factory=nan_estimate)
     single_repeat_ttft_ratio: Estimate = field(default_factory=nan_estimate)
+    single_prefill_values: np.ndarray = field(default_factory=lambda: np.array([]))
+    step_tps_prorated: dict[float, Estimate] = field(default_factory=dict)
     knee_users: float | None
     bottleneck: str
     successes: int
@@ -133,6 +149,10 @@ class RoundSummary:
     def tps_at(self, users: float | None) -> Estimate | None:
         """The step estimate at load level ``users`` on :attr:`axis` (None when not measured)."""
         return None if users is None else self.step_tps.get(float(users))
+
+    def prorated_at(self, users: float | None) -> Estimate | None:
+        """The step's prorated throughput estimate at load level ``users`` (None when not measured)."""
+        return None if users is None else self.step_tps_prorated.get(float(users))
 
     def step_value(self, users: float, column: str) -> float:
         """A step-table value at load level ``users`` on :attr:`axis` (NaN when absent)."""
@@ -165,6 +185,11 @@ def summarize_round(round_: RoundDirs) -> RoundSummary:
     )
     ttft = base_req["ttft_ms"].to_numpy("float64") if base_req is not None else np.array([])
     decode = base_req["decode_tps"].to_numpy("float64") if base_req is not None else np.array([])
+    prefill = (
+        base_req["server_prompt_ms"].to_numpy("float64")
+        if base_req is not None and "server_prompt_ms" in base_req.columns
+        else np.array([])
+    )
     repeat_decode, repeat_ttft = nan_estimate(), nan_estimate()
     if round_.baseline is not None and ladder is not None and ladder_reqs is not None:
         one_user = _ladder_single_requests(ladder, ladder_reqs)
@@ -182,6 +207,7 @@ def summarize_round(round_: RoundDirs) -> RoundSummary:
         single_decode_tps=median_ci(decode),
         single_ttft_values=ttft,
         single_decode_values=decode,
+        single_prefill_values=prefill,
         single_source=single_source,
         single_repeat_decode_ratio=repeat_decode,
         single_repeat_ttft_ratio=repeat_ttft,
@@ -189,7 +215,14 @@ def summarize_round(round_: RoundDirs) -> RoundSummary:
         failures=len(failed),
         failure_kinds={str(k): int(n) for k, n in failed["error_kind"].value_counts().sort_index().items()},
         **(
-            {"steps": pd.DataFrame(), "step_tps": {}, "critical_users": None, "knee_users": None, "bottleneck": "-"}
+            {
+                "steps": pd.DataFrame(),
+                "step_tps": {},
+                "step_tps_prorated": {},
+                "critical_users": None,
+                "knee_users": None,
+                "bottleneck": "-",
+            }
             | fields
         ),
     )
@@ -235,6 +268,7 @@ def _ladder_fields(result: AnalysisResult, reqs: pd.DataFrame) -> dict:
             float(row.output_tps), _slice_tps(reqs[reqs["ok"]], row.window_start_s, row.window_end_s), len(done)
         )
     critical = result.critical.users
+    prorated = prorated_step_estimates(result, reqs)
     knee = critical if critical is not None else (max(step_tps) if step_tps else None)
     series = result.server if result.server is not None else pd.DataFrame()
     in_windows = _in_windows(series, table)
@@ -244,6 +278,7 @@ def _ladder_fields(result: AnalysisResult, reqs: pd.DataFrame) -> dict:
     return {
         "steps": table,
         "step_tps": step_tps,
+        "step_tps_prorated": prorated,
         "critical_users": critical,
         "knee_users": knee,
         "bottleneck": _bottleneck(result),
@@ -258,6 +293,73 @@ def _ladder_fields(result: AnalysisResult, reqs: pd.DataFrame) -> dict:
         "window_s": float(table["window_s"].median()) if len(table) else math.nan,
         "axis": axis,
     }
+
+
+def prorated_step_estimates(result: AnalysisResult, reqs: pd.DataFrame) -> dict[float, Estimate]:
+    """Each step's ``output_tps_prorated`` with a bootstrap interval over the window's bins.
+
+    The steady window ``[W0, W1)`` is cut into ``k = max(2, round(W / PRORATED_BIN_S))`` equal
+    bins and the prorated throughput of each bin is computed with the step table's own rule
+    (:func:`analysis.steps.step_table`: tokens counted when they arrived where the request
+    recorded its token times, else spread over its decode), so the bins' mean is the step's
+    ``output_tps_prorated``. The interval resamples the bins (:func:`~analysis.compare.stats.bin_mean_ci`):
+    the spread of the token rate second by second is this figure's own noise. Bins, not the
+    step's completions: a prorated figure is no sum over completions, and completions in a closed
+    loop come in waves (a window holds a whole wave more or less) where the token rate does not.
+    Adjacent seconds share requests, so the interval is a little narrow when requests last
+    several seconds; the attribution adds its 10 % floor (:data:`analysis.compare.attribution.MIN_EFFECT`).
+
+    Parameters
+    ----------
+    result : AnalysisResult
+        The ladder's analysis (its ``table`` has ``window_start_s``, ``window_end_s``,
+        ``output_tps_prorated``).
+    reqs : pandas.DataFrame
+        :func:`analysis.metrics.with_request_metrics` of the ladder's requests.
+
+    Returns
+    -------
+    dict
+        ``{load level: Estimate}`` (``n``: requests completed in the window) for the steps with
+        a finite ``output_tps_prorated``; value NaN-free, interval NaN when the window is empty.
+    """
+    table = result.table
+    if table.empty or "output_tps_prorated" not in table:
+        return {}
+    axis = load_axis(table)
+    rows: list[tuple[float, float, float, float, int, int]] = []
+    bins: list[tuple[float, float]] = []
+    for row in table.itertuples(index=False):
+        level = float(getattr(row, axis.column))
+        start, end = float(row.window_start_s), float(row.window_end_s)
+        if not (math.isfinite(level) and math.isfinite(row.output_tps_prorated) and end > start):
+            continue
+        k = max(2, round((end - start) / PRORATED_BIN_S))
+        edges = np.linspace(start, end, k + 1)
+        rows.append((level, float(row.output_tps_prorated), start, end, len(bins), k))
+        bins += list(zip(edges[:-1], edges[1:]))
+    if not bins:
+        return {}
+    windows = pd.DataFrame(
+        {
+            "step": np.arange(len(bins), dtype="int64"),
+            "target_users": np.zeros(len(bins)),
+            "window_start_s": [b[0] for b in bins],
+            "window_end_s": [b[1] for b in bins],
+        }
+    )
+    windows["window_s"] = windows["window_end_s"] - windows["window_start_s"]
+    requests = result.run.requests
+    tokens = None
+    if "token_times_us" not in requests.columns:
+        tokens = window_tokens_from_file(result.run.run_dir / "requests.csv", windows)
+    per_bin = step_table(requests, windows, None, tokens)["output_tps_prorated"].to_numpy("float64")
+    per_bin = np.nan_to_num(per_bin, nan=0.0)  # NaN: no request in flight in that bin, 0 tokens
+    out: dict[float, Estimate] = {}
+    for level, value, start, end, first, k in rows:
+        done = int((reqs["ok"] & (reqs["t_end_s"] >= start) & (reqs["t_end_s"] < end)).sum())
+        out[level] = bin_mean_ci(value, per_bin[first : first + k], done)
+    return out
 
 
 def _slice_tps(ok: pd.DataFrame, start_s: float, end_s: float, slices: int = THROUGHPUT_SLICES) -> np.ndarray:

@@ -169,6 +169,43 @@ def throughput_ci(value_tps: float, slice_tps, n: int) -> Estimate:
     return Estimate(value=float(value_tps), low=low, high=high, n=n, samples=samples)
 
 
+def bin_mean_ci(value_tps: float, bin_tps, n: int) -> Estimate:
+    """A step's prorated tokens/s with a percentile-bootstrap interval over its bins.
+
+    The bins (equal slices of the steady window) are resampled with replacement and each
+    replicate is their mean; the interval is the percentile interval of those means
+    (:data:`CONFIDENCE`). ``value_tps`` is the step's ``output_tps_prorated``, which equals the
+    bins' mean when the bins partition the window (:func:`analysis.compare.rounds.prorated_step_estimates`).
+
+    Parameters
+    ----------
+    value_tps : float
+        The step's prorated output tokens/s.
+    bin_tps : array-like of float
+        Prorated output tokens/s of each bin, shape (k,).
+    n : int
+        Requests completed in the window.
+
+    Returns
+    -------
+    Estimate
+        With ``samples`` kept (for :func:`ratio_of`); no interval with fewer than 2 finite bins or
+        when the bins hold no token.
+
+    >>> e = bin_mean_ci(2.0, [1.0, 2.0, 3.0], 5)
+    >>> e.value, 1.0 <= e.low <= e.high <= 3.0, e.n
+    (2.0, True, 5)
+    """
+    x = np.asarray(bin_tps, dtype="float64")
+    x = x[np.isfinite(x)]
+    if not math.isfinite(value_tps) or len(x) < 2 or x.mean() <= 0:
+        return Estimate(value=value_tps, low=math.nan, high=math.nan, n=n)
+    rng = np.random.default_rng(SEED)
+    samples = x[rng.integers(0, len(x), (RESAMPLES, len(x)))].mean(axis=1)
+    low, high = _interval(samples)
+    return Estimate(value=float(value_tps), low=low, high=high, n=n, samples=samples)
+
+
 def ratio_of(after: Estimate, before: Estimate) -> Estimate:
     """Ratio of two independent estimates, ``after.value / before.value``.
 

@@ -20,7 +20,7 @@ import pytest
 
 from llm_locust.run.demo import start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
-from tests.compare_recompute import single_decode_median, step_tps
+from tests.compare_recompute import single_decode_median, step_tps_prorated
 
 pytestmark = pytest.mark.slow
 
@@ -76,8 +76,8 @@ def _check_deltas(a: Path, b: Path, out: Path):
     assert attribution["single_request"]["decode_tps_ratio"]["value"] == pytest.approx(expected, rel=1e-9)
     for step in attribution["concurrent"]["common_steps"]:
         users = step["users"]
-        assert step["output_tps_ratio"]["value"] == pytest.approx(
-            step_tps(b / "ladder", users) / step_tps(a / "ladder", users), rel=1e-9
+        assert step["output_tps_prorated_ratio"]["value"] == pytest.approx(
+            step_tps_prorated(b / "ladder", users) / step_tps_prorated(a / "ladder", users), rel=1e-9
         )
     return attribution
 
@@ -89,12 +89,17 @@ def test_batch_ceiling_ab_is_batching_or_scheduling(tmp_path, round_a):
     attribution = _check_deltas(a, b, out)
     assert attribution["kind"] == "batching_or_scheduling", attribution["evidence"]
     assert abs(attribution["single_request"]["decode_tps_ratio"]["value"] - 1) < 0.1
+    ceiling = attribution["batch_ceiling"]  # 2 vs 8 from the startup logs, or the running max under a queue
+    assert (ceiling["baseline"], ceiling["round"], ceiling["moved"]) == (2, 8, True), ceiling
     # the knee each round reports (the critical-concurrency rule, tested on its own), its throughput
-    # recomputed here; round b runs 4 at once where round a runs 2: about 4*1000/24 vs 2*1000/22
+    # recomputed here (prorated: the tokens that arrived in the window); round b runs 4 at once where
+    # round a runs 2: about 4*1000/24 vs 2*1000/22
     rounds = json.loads((out / "compare" / "compare.json").read_text())["rounds"]
     knee_a, knee_b = rounds[0]["knee_users"], rounds[1]["knee_users"]
-    knee = attribution["concurrent"]["knee_output_tps_ratio"]["value"]
-    assert knee == pytest.approx(step_tps(b / "ladder", knee_b) / step_tps(a / "ladder", knee_a), rel=1e-9)
+    knee = attribution["concurrent"]["knee_output_tps_prorated_ratio"]["value"]
+    assert knee == pytest.approx(
+        step_tps_prorated(b / "ladder", knee_b) / step_tps_prorated(a / "ladder", knee_a), rel=1e-9
+    )
     assert knee_b == 4
     assert knee > 1.4
     assert "1. single-request baseline" in completed.stdout and "2. startup-config check" in completed.stdout
@@ -114,3 +119,4 @@ def test_slowdown_ab_is_compute_cost(tmp_path, round_a):
     attribution = _check_deltas(a, b, out)
     assert attribution["kind"] == "compute_cost", attribution["evidence"]
     assert attribution["single_request"]["decode_tps_ratio"]["value"] == pytest.approx(0.5, rel=0.15)
+    assert attribution["batch_ceiling"]["moved"] is False and attribution["critical_concurrency"]["moved"] is False

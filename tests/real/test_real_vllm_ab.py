@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from tests.compare_recompute import single_decode_median, step_tps
+from tests.compare_recompute import single_decode_median, step_tps_prorated
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_server]
 
@@ -31,8 +31,8 @@ def test_max_num_seqs_ab_is_batching_or_scheduling(vllm_seqs_ab):
     )
     for step in attribution["concurrent"]["common_steps"]:
         users = step["users"]
-        assert step["output_tps_ratio"]["value"] == pytest.approx(
-            step_tps(b / "ladder", users) / step_tps(a / "ladder", users), rel=1e-9
+        assert step["output_tps_prorated_ratio"]["value"] == pytest.approx(
+            step_tps_prorated(b / "ladder", users) / step_tps_prorated(a / "ladder", users), rel=1e-9
         )
     # The concurrent gain is the batch ceiling's: the knee moves up with the ceiling and the
     # throughput there is clearly higher. On this shared 2-core CPU the single-request decode rate
@@ -42,7 +42,7 @@ def test_max_num_seqs_ab_is_batching_or_scheduling(vllm_seqs_ab):
     # On 3 Dec 2026 this vLLM batched less well on this machine (2 users gave x1.74 of one, its
     # running gauge 1.78 of 2) and a CI run's knee ratio was 1.49995, "mixed" with decode 0.88:
     # the bound is x1.4, its interval still clear of 1.2
-    knee = attribution["concurrent"]["knee_output_tps_ratio"]
+    knee = attribution["concurrent"]["knee_output_tps_prorated_ratio"]
     assert knee["value"] >= 1.4 and knee["low"] > 1.2, attribution["evidence"]
     assert result["rounds"][1]["knee_users"] > result["rounds"][0]["knee_users"], result["rounds"]
     assert attribution["kind"] in ("batching_or_scheduling", "mixed"), attribution["evidence"]

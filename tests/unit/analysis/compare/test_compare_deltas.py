@@ -11,6 +11,7 @@ import pytest
 from analysis.compare import WorkloadMismatch, compare_rounds, comparison_json, write_comparison
 from tests.compare_recompute import single_decode_median as _single_decode_median
 from tests.compare_recompute import step_tps as _tps
+from tests.compare_recompute import step_tps_prorated as _prorated
 from tests.unit.analysis.compare.rounds_factory import baseline_round, ladder_round
 
 
@@ -27,7 +28,9 @@ def test_slowdown_is_compute_cost_with_deltas_recomputed(tmp_path):
     assert expected_decode == pytest.approx(0.5, rel=0.05)  # the factory's slowdown, independently
     for step in attribution["concurrent"]["common_steps"]:
         users = step["users"]
-        assert step["output_tps_ratio"]["value"] == pytest.approx(_tps(b, users) / _tps(a, users), rel=1e-9)
+        assert step["output_tps_prorated_ratio"]["value"] == pytest.approx(
+            _prorated(b, users) / _prorated(a, users), rel=1e-9
+        )
     for row, run_dir in zip(result["rounds"], (a, b)):
         for users in (1, 2, 4, 8):
             assert row[f"output_tps_c{users}"] == pytest.approx(_tps(run_dir, users), rel=1e-9)
@@ -46,8 +49,8 @@ def test_batch_ceiling_is_batching_or_scheduling(tmp_path):
     decode = attribution["single_request"]["decode_tps_ratio"]
     assert decode["value"] == pytest.approx(_single_decode_median(b) / _single_decode_median(a), rel=1e-9)
     assert abs(decode["value"] - 1) < 0.1
-    knee = attribution["concurrent"]["knee_output_tps_ratio"]["value"]
-    assert knee == pytest.approx(_tps(b, 8) / _tps(a, 2), rel=1e-9)  # each round's own knee
+    knee = attribution["concurrent"]["knee_output_tps_prorated_ratio"]["value"]
+    assert knee == pytest.approx(_prorated(b, 8) / _prorated(a, 2), rel=1e-9)  # each round's own knee
     assert knee > 1.5
 
 
