@@ -34,6 +34,9 @@ from analysis.compare.table import markdown_round_table, round_table, rounds_axi
 from analysis.loadaxis import RATE
 from analysis.report.pipeline import PLOT_STYLE
 
+COMPARE_SCHEMA = 2
+"""Version of the ``compare.json`` layout (:func:`comparison_json`)."""
+
 PNG_NAMES: tuple[str, ...] = ("throughput_by_round.png", "ttft_by_round.png", "single_decode_by_round.png")
 """PNGs written by :func:`write_comparison`."""
 
@@ -131,7 +134,11 @@ def compare_rounds(paths: list[Path | str], *, allow_different_workload: bool = 
 
 
 def comparison_json(comparison: Comparison) -> dict:
-    """The ``compare.json`` object: ``load_axis`` (``concurrency`` or ``rate``), ``rounds`` (each
+    """The ``compare.json`` object, ``schema`` 2 (2: the attribution's concurrent ratios are of the
+    prorated throughput, ``*_prorated_ratio``, and it adds ``batch_ceiling``,
+    ``critical_concurrency``, ``shares``, ``concurrent.batching_gain`` and the single request's
+    ``server_prefill_ms_ratio``, ``ttft_is_wait``, ``moved``: :meth:`Attribution.to_json`):
+    ``load_axis`` (``concurrency`` or ``rate``), ``rounds`` (each
     row of the table plus the changes, the single-request intervals and ``output_tps_by_step``:
     one object per step keyed ``users`` or ``rate_rps``, a rate step with its
     ``achieved_rate_rps``), ``attribution`` (the second round against the first),
@@ -164,7 +171,7 @@ def comparison_json(comparison: Comparison) -> dict:
         )
     attributions = [a.to_json() for a in comparison.attributions]
     return {
-        "schema": 2,
+        "schema": COMPARE_SCHEMA,
         "load_axis": axis.quantity,
         "baseline_round": comparison.rounds[0].name,
         "rounds": rows,

@@ -200,3 +200,23 @@ def test_concurrent_difference_without_any_single_request_figure_is_undetermined
     assert _tps(b, 8) / _tps(a, 2) > 1.5  # the concurrent difference is clear, recomputed from the files
     assert attribution["kind"] == "undetermined", attribution["evidence"]
     assert "cannot be split" in attribution["evidence"][-1]
+
+
+def test_prorated_step_throughput_with_its_bins_interval(tmp_path):
+    run = ladder_round(tmp_path / "a")
+
+    summary = compare_rounds([run, ladder_round(tmp_path / "b", seed=3)]).rounds[0]
+
+    assert sorted(summary.step_tps_prorated) == [1.0, 2.0, 4.0, 8.0]
+    for users, estimate in summary.step_tps_prorated.items():
+        assert estimate.value == pytest.approx(_prorated(run, users), rel=1e-9)
+        assert estimate.low <= estimate.value <= estimate.high
+        # the bootstrap replicates are kept for the ratio intervals (stats.ratio_of)
+        assert estimate.samples is not None and len(estimate.samples) == 2000
+
+
+def test_compare_json_says_its_schema(tmp_path):
+    result = comparison_json(compare_rounds([ladder_round(tmp_path / "a"), ladder_round(tmp_path / "b", seed=3)]))
+
+    assert result["schema"] == 2  # the prorated ratios and the what-moved fields (docs-notes/attribution.md)
+    assert set(result["attribution"]) >= {"batch_ceiling", "critical_concurrency", "shares"}
