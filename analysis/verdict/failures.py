@@ -4,7 +4,10 @@ Client kinds (``requests.csv`` ``error_kind``) and server log error kinds
 (:mod:`analysis.server.serverlog.errors`) map onto the two bottleneck kinds:
 
 - ``timeouts``: client ``connect_timeout``, ``ttft_timeout``, ``stall_timeout``,
-  ``total_timeout``; server ``timeout`` lines.
+  ``total_timeout``; server ``timeout`` lines; and client ``http_5xx`` answers that the
+  server's ``timeout`` lines in the same steady window account for (an in-house server's
+  504 "timed out in queue": the client sees only a 5xx, the server's log says it dropped the
+  request for waiting too long), counted as ``http_5xx_timed_out``, at most one per line.
 - ``rejections``: every other client failure - ``http_429``, ``http_5xx``, ``http_4xx``,
   ``connection_error``, ``stream_error``, ``truncated``, ``bad_response`` (the server did not
   complete the request) - and server ``queue_full``, ``rejected``, ``dropped`` lines.
@@ -37,7 +40,9 @@ from analysis.loadaxis import load_axis
 from analysis.verdict.knee import fmt_users
 from analysis.verdict.types import BottleneckKind, Evidence, Rules
 
-CLIENT_TIMEOUT_KINDS: frozenset[str] = frozenset({"connect_timeout", "ttft_timeout", "stall_timeout", "total_timeout"})
+CLIENT_TIMEOUT_KINDS: frozenset[str] = frozenset(
+    {"connect_timeout", "ttft_timeout", "stall_timeout", "total_timeout", "http_5xx_timed_out"}
+)
 """Client error kinds that are timeouts; every other client error kind is a rejection."""
 
 SERVER_KIND_MAP: dict[str, BottleneckKind] = {
@@ -182,9 +187,31 @@ def failed_time_share(table: pd.DataFrame) -> pd.Series:
     return share.astype("float64")
 
 
-def step_failure_kind(row) -> BottleneckKind | None:
-    """The kind that most of one step's client failures are (ties: timeouts), None without any."""
+def client_failures(row) -> dict[str, int]:
+    """``{client error kind: n}`` of one step's failures, with the ``http_5xx`` answers its
+    server ``timeout`` lines account for moved to ``http_5xx_timed_out`` (module docstring).
+
+    Parameters
+    ----------
+    row
+        A step-table row (namedtuple or Series) with ``error_kinds`` and, optionally,
+        ``server_error_kinds``.
+    """
     counts = parse_kinds(row.error_kinds, failures_only=True)
+    logged = parse_kinds(str(getattr(row, "server_error_kinds", "") or "")).get("timeout", 0)
+    moved = min(counts.get("http_5xx", 0), logged)
+    if moved:
+        counts["http_5xx"] -= moved
+        counts["http_5xx_timed_out"] = counts.get("http_5xx_timed_out", 0) + moved
+        if not counts["http_5xx"]:
+            del counts["http_5xx"]
+    return counts
+
+
+def step_failure_kind(row) -> BottleneckKind | None:
+    """The kind that most of one step's client failures are (ties: timeouts), None without any
+    (kinds of :func:`client_failures`)."""
+    counts = client_failures(row)
     if not counts:
         return None
     timeouts = sum(n for k, n in counts.items() if client_kind(k) is BottleneckKind.TIMEOUTS)
@@ -220,7 +247,7 @@ def failures(table: pd.DataFrame, kind: BottleneckKind, rules: Rules, *, server_
         share = row.failed_time_share if timed else row.failed_share
         if not (share >= rules.significant_failure_share) or step_failure_kind(row) is not kind:
             continue
-        client = {k: n for k, n in parse_kinds(row.error_kinds, failures_only=True).items() if client_kind(k) is kind}
+        client = {k: n for k, n in client_failures(row).items() if client_kind(k) is kind}
         failed = sum(parse_kinds(row.error_kinds, failures_only=True).values())
         server = {k: n for k, n in parse_kinds(row.server_error_kinds).items() if SERVER_KIND_MAP.get(k) is kind}
         dominates = bool(share >= rules.dominant_failure_share)

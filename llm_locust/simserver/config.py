@@ -83,6 +83,10 @@ class SimConfig:
         wait or this long has passed since it started collecting, ms (an in-house batcher's
         batch timeout; Triton's ``max_queue_delay_microseconds``). The generic flavour logs each
         batch's size, wait and queue.
+    queue_timeout_ms : float, default 0.0
+        A request still waiting for its first admission this long after arriving is dropped,
+        ms; 0 = never. Only the generic flavour's ``POST /generate`` speaks it (HTTP 504
+        ``{"error": "timed out in queue"}`` and a ``timed out in queue`` log line).
     slowdown : float, default 1.0
         Multiplies every step time (a slower, e.g. quantized, variant of the same model).
     seed : int, default 0
@@ -118,6 +122,7 @@ class SimConfig:
     batching: str = ENGINE_DEFAULTS["batching"]
     batch_wait_ms: float = ENGINE_DEFAULTS["batch_wait_ms"]
     roofline: bool = ENGINE_DEFAULTS["roofline"]
+    queue_timeout_ms: float = ENGINE_DEFAULTS["queue_timeout_ms"]
     seed: int = 0
     log_stats_interval_s: float = 2.0
     stats_log: str | None = None
@@ -145,6 +150,7 @@ class SimConfig:
             "decode_per_seq_ms",
             "prefill_ms_per_token",
             "batch_wait_ms",
+            "queue_timeout_ms",
             "effective_max_num_seqs",
         ):
             if getattr(self, name) < 0:
@@ -157,6 +163,8 @@ class SimConfig:
             raise ValueError(f"reject_status must be one of {list(REJECT_STATUSES)}, got {self.reject_status}")
         if self.batching not in BATCHING_MODES:
             raise ValueError(f"batching must be one of {list(BATCHING_MODES)}, got {self.batching!r}")
+        if self.queue_timeout_ms > 0 and self.flavor != "generic":
+            raise ValueError("queue_timeout_ms needs flavor 'generic' (its POST /generate answers 504)")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         if self.flavor not in FLAVOR_NAMES:
@@ -254,6 +262,12 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
         "--max-num-seqs requests wait or this long has passed, ms (a "
         "batch timeout); the generic flavour logs each batch's size, "
         "wait and queue",
+    ),
+    (
+        "--queue-timeout-ms",
+        float,
+        "drop a request still queued this long after arriving, ms (generic flavour: "
+        "504 'timed out in queue' and a log line); 0 = never",
     ),
     ("--seed", int, "seed of generated text and early-stop lengths"),
     ("--log-stats-interval-s", float, "interval of the vLLM V1 stats log line, s"),

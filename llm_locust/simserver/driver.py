@@ -22,6 +22,7 @@ from typing import Protocol
 
 from llm_locust.simserver.engine import (
     BatchEngine,
+    FinishReason,
     QueueFullError,
     SimRequest,
     StepPlan,
@@ -45,6 +46,8 @@ class EngineListener(Protocol):
     def on_abort(self, request_id: str, wall_s: float) -> None: ...
 
     def on_reject(self, request: SimRequest, wall_s: float) -> None: ...
+
+    def on_queue_timeout(self, request: SimRequest, waited_ms: float, wall_s: float) -> None: ...
 
 
 class EngineDriver:
@@ -97,15 +100,29 @@ class EngineDriver:
             self.listener.on_abort(request_id, time.time())
         return removed
 
+    def _expire(self, now_s: float) -> None:
+        """Drop the requests that timed out in the queue; each gets one
+        output (``token_index`` -1, ``finish_reason`` ABORT) on its queue."""
+        for request in self.engine.expire_waiting(now_s):
+            if self.listener is not None:
+                self.listener.on_queue_timeout(request, 1000.0 * (now_s - request.arrival_s), time.time())
+            queue = self._queues.pop(request.request_id, None)
+            if queue is not None:
+                queue.put_nowait(
+                    TokenOutput(request_id=request.request_id, token_index=-1, finish_reason=FinishReason.ABORT)
+                )
+
     async def run(self) -> None:
         """Step the engine in real time until cancelled."""
         loop = asyncio.get_running_loop()
         next_t: float | None = None
         while True:
+            self._expire(loop.time())
             plan = self.engine.begin_step(loop.time())
             if plan is None:
                 self._wake.clear()
-                deadline_s = self.engine.fill_deadline_s
+                deadlines = [d for d in (self.engine.fill_deadline_s, self.engine.next_expiry_s()) if d is not None]
+                deadline_s = min(deadlines) if deadlines else None
                 if deadline_s is None:
                     await self._wake.wait()
                 else:

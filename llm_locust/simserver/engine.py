@@ -45,6 +45,10 @@ Variants (each a model of a real server behaviour)
   the full ``batch_wait_ms`` when batches do not fill, 0 when a full batch was waiting. This
   needs the clock: :meth:`BatchEngine.begin_step` takes ``now_s`` and, while a batch fills, returns
   None with :attr:`BatchEngine.fill_deadline_s` set.
+- ``queue_timeout_ms`` > 0: a request still waiting for its first admission this long after its
+  arrival is dropped from the queue (an in-house server's "timed out in queue", answered 504):
+  :meth:`BatchEngine.expire_waiting` removes them; :meth:`BatchEngine.next_expiry_s` says when
+  the next one is due.
 """
 
 from __future__ import annotations
@@ -183,6 +187,7 @@ class BatchEngine:
     batching: str = "continuous"
     batch_wait_ms: float = 0.0
     roofline: bool = False
+    queue_timeout_ms: float = 0.0
     waiting: deque[SimRequest] = field(init=False, default_factory=deque)
     running: list[SimRequest] = field(init=False, default_factory=list)
     prompt_tokens_total: int = field(init=False, default=0)
@@ -262,6 +267,36 @@ class BatchEngine:
                     self.finished_total[FinishReason.ABORT] += 1
                     return True
         return False
+
+    def expire_waiting(self, now_s: float) -> list[SimRequest]:
+        """Drop the waiting requests never admitted whose wait reached ``queue_timeout_ms``.
+
+        Parameters
+        ----------
+        now_s : float
+            The current instant on the clock of the requests' ``arrival_s``, s.
+
+        Returns
+        -------
+        list of SimRequest
+            The requests dropped, in queue order (none when ``queue_timeout_ms`` is 0); each is
+            counted in ``finished_total[ABORT]``.
+        """
+        if self.queue_timeout_ms <= 0:
+            return []
+        limit_s = self.queue_timeout_ms / 1000.0
+        expired = [r for r in self.waiting if not r.counted_prompt and now_s - r.arrival_s >= limit_s]
+        for request in expired:
+            self.waiting.remove(request)
+            self.finished_total[FinishReason.ABORT] += 1
+        return expired
+
+    def next_expiry_s(self) -> float | None:
+        """When the next waiting request times out (``arrival_s`` clock, s); None without one."""
+        if self.queue_timeout_ms <= 0:
+            return None
+        arrivals = [r.arrival_s for r in self.waiting if not r.counted_prompt]
+        return min(arrivals) + self.queue_timeout_ms / 1000.0 if arrivals else None
 
     def begin_step(self, now_s: float = 0.0) -> StepPlan | None:
         """Preempt, admit and time the next step; None when there is no work, or (static

@@ -10,7 +10,9 @@ false), "ignore_eos": bool (default false)}``; prompt tokens = its whitespace-se
 - ``stream: false``: one body ``{"text": "…", "finished", "generated_tokens", "prompt_tokens",
   "timings"}``.
 - Errors: HTTP 400 ``{"error": "…"}`` for a bad body; 503 ``{"error": "queue full"}`` when the
-  waiting queue is full.
+  waiting queue is full; 504 ``{"error": "timed out in queue"}`` when the request waited
+  ``queue_timeout_ms`` without being admitted (the status is sent with the first token, so a
+  streamed answer is 200 only once the request runs).
 
 ``timings`` (the flavour's ``final_fields``, :mod:`llm_locust.simserver.flavors.generic`):
 ``queue_ms`` (arrival -> admission into the batch), ``prefill_ms`` (admission -> first token),
@@ -99,11 +101,16 @@ class GenericApi:
         texts = TokenTextGenerator(seed=self.app.config.seed, request_number=number)
         request_id = sim_request.request_id
         try:
+            first = await queue.get()
+            if first.token_index < 0:
+                return _error(504, "timed out in queue")
             if body.get("stream"):
-                return await self._stream(request, queue, texts, prompt_tokens)
-            pieces = []
+                return await self._stream(request, queue, texts, prompt_tokens, first)
+            pieces: list[str] = []
+            output = first
             while True:
-                output = await queue.get()
+                if pieces:
+                    output = await queue.get()
                 pieces.append(texts.next_token())
                 if output.finish_reason is not None:
                     break
@@ -121,18 +128,21 @@ class GenericApi:
             **self.app.final_fields(output.request_id),
         }
 
-    async def _stream(self, request: web.Request, queue, texts: TokenTextGenerator, prompt_tokens: int):
+    async def _stream(self, request: web.Request, queue, texts: TokenTextGenerator, prompt_tokens: int, first):
         response = web.StreamResponse(status=200, headers={"Content-Type": JSONL_CONTENT_TYPE})
         try:
             await response.prepare(request)
+            output = first
             while True:
-                output = await queue.get()
+                if output is None:
+                    output = await queue.get()
                 line: dict[str, Any] = {"token": texts.next_token(), "index": output.token_index}
                 if output.finish_reason is not None:
                     line.update(self._final(output, prompt_tokens))
                 await response.write(_line(line))
                 if output.finish_reason is not None:
                     break
+                output = None
             await response.write_eof()
         except ConnectionResetError:
             pass  # client gone: the caller aborts the request

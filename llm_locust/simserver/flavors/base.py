@@ -104,6 +104,10 @@ class Flavor:
     def on_reject(self, request: SimRequest, wall_s: float) -> None:
         self.rejected(request, wall_s)
 
+    def on_queue_timeout(self, request: SimRequest, waited_ms: float, wall_s: float) -> None:
+        self.requests.pop(request.request_id, None)
+        self.queue_timed_out(request, waited_ms, wall_s)
+
     # -- what a flavour overrides ---------------------------------------------------------
     def startup(self, port: int) -> None:
         """Write the startup lines (the listening port is known)."""
@@ -119,6 +123,9 @@ class Flavor:
 
     def rejected(self, request: SimRequest, wall_s: float) -> None:
         """A request was refused because the waiting queue is full."""
+
+    def queue_timed_out(self, request: SimRequest, waited_ms: float, wall_s: float) -> None:
+        """A request was dropped after waiting ``waited_ms`` (ms) in the queue (``queue_timeout_ms``)."""
 
     def interval(self, now_mono: float) -> None:
         """Called every ``log_stats_interval_s`` (monotonic s): periodic lines."""

@@ -6,7 +6,9 @@ interval, the requests queued), at startup ``… INFO config: max_batch_size=2, 
 (with static batching followed by ``, batching=static, max_batch_wait_ms=250``), with static
 batching one line per batch as it starts, ``… INFO batcher: batch started size=4
 wait=250.0ms queue=3`` (the batch's size, how long the free batcher held it open to fill, the
-requests left waiting), ``… WARN request rejected: queue full`` per rejection, and exposes
+requests left waiting), ``… WARN request rejected: queue full`` per rejection (503), ``… WARN
+request req-7 timed out in queue after 2000.3ms`` per request dropped by ``queue_timeout_ms``
+(504), and exposes
 ``deepinfer_batch_size``, ``deepinfer_queue_size`` (gauges),
 ``deepinfer_generated_tokens_total`` (counter) and ``deepinfer_max_batch_size``. The format file
 that reads it is :data:`FORMAT_TOML`.
@@ -50,6 +52,10 @@ pattern = 'max_batch_wait_ms=(?P<batch_wait_max_ms>[\d.]+)'
 [[log.errors]]
 kind = "queue_full"
 pattern = 'request rejected: queue full'
+
+[[log.errors]]
+kind = "timeout"
+pattern = 'timed out in queue'
 
 [metrics]
 running = "deepinfer_batch_size"
@@ -133,6 +139,9 @@ class GenericFlavor(Flavor):
 
     def rejected(self, request, wall_s: float) -> None:
         self._line(wall_s, "request rejected: queue full", level="WARN")
+
+    def queue_timed_out(self, request, waited_ms: float, wall_s: float) -> None:
+        self._line(wall_s, f"request {request.request_id} timed out in queue after {waited_ms:.1f}ms", level="WARN")
 
     def interval(self, now_mono: float) -> None:
         engine = self.engine
