@@ -37,6 +37,7 @@ from analysis.verdict.failures import (
 from analysis.verdict.knee import CriticalConcurrency, find_critical_concurrency, fmt_users
 from analysis.verdict.outage import server_outage
 from analysis.verdict.recommend import recommend
+from analysis.verdict.staticbatch import static_batch
 from analysis.verdict.types import RULES, BottleneckKind, Evidence, Recommendation, Rules, Verdict
 
 K = BottleneckKind
@@ -171,6 +172,7 @@ def diagnose(
     }
     ev["compute"], compute_row = compute(usable, rules)
     ev["batch_wait"] = batch_wait(usable, server.batch_wait_max_ms, rules)
+    ev["static_batch"] = static_batch(usable, config, rules)
     first_fail = ordered[ordered["valid"] & dominated].head(1)
     failing_knee = _failing_at_knee(usable, knee.saturated_users, axis.column, rules)
     if failing_knee is not None and (len(first_fail) == 0 or knee.saturated_users < first_fail[axis.column].iloc[0]):

@@ -265,6 +265,26 @@ def recommend(
                 verify=SAME + "that TTFT p50 falls at the low steps and batches still fill at the high ones",
             )
         )
+    static = evidence.get("static_batch")
+    if static is not None and static.holds and primary is not K.CLIENT:
+        out.append(
+            Recommendation(
+                change="switch to continuous batching: admit waiting requests into the running batch "
+                "every step instead of holding them for the whole batch",
+                flag="llama.cpp: drop --no-cont-batching (--cont-batching); an in-house batcher: "
+                "iteration-level scheduling (vLLM, SGLang, TGI do it)",
+                because=static.rule,
+                verify=SAME + "that TTFT at the full-batch steps falls and the queue drains between batches",
+            )
+        )
+        out.append(
+            Recommendation(
+                change="raise the max batch size while the memory allows: every batch is full and the queue persists",
+                flag=flags.batch_ceiling,
+                because=static.rule,
+                verify=SAME + "that the critical concurrency moves up with it",
+            )
+        )
     unique, seen = [], set()
     for rec in out:
         if (rec.change, rec.flag) not in seen:
