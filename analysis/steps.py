@@ -62,6 +62,8 @@ STEP_TABLE_COLUMNS: tuple[str, ...] = (
     "completed",
     "output_tps",
     "output_tps_prorated",
+    "output_tps_ci95_low",
+    "output_tps_ci95_high",
     "request_rps",
     "ttft_p50_ms",
     "ttft_p95_ms",
@@ -126,6 +128,10 @@ def step_table(
     - ``output_tps = sum(output_tokens of those) / W`` (tokens/s, larger is better);
       ``request_rps = completed / W`` (requests/s). Both NaN when no request at all (successful
       or failed) completed in the window; 0 when only failures did.
+    - ``output_tps_ci95_low``, ``output_tps_ci95_high`` (tokens/s): ``output_tps_prorated`` minus
+      and plus the half-width of its 95 % interval from the step's own data
+      (:func:`throughput_interval`); NaN when the window holds fewer than three requests' time
+      in service (E2E p50 - TTFT p50).
     - ``output_tps_prorated`` (tokens/s): cross-check of ``output_tps``; the output tokens
       generated during the window, / W (module docstring): a successful request's tokens
       counted at the instants they arrived when it recorded its token events
@@ -186,6 +192,8 @@ def step_table(
         )
     else:
         event_times_s, event_counts, timed = np.zeros(0), np.zeros(0), np.zeros(int(ok_mask.sum()), bool)
+    ci_first_s, ci_end_s = first_token_s.to_numpy(float), ok_end_s.to_numpy(float)
+    ci_tokens = ok_tokens.to_numpy(float)
     first_token_s, ok_end_s, spread_tokens = first_token_s[~timed], ok_end_s[~timed], ok_tokens[~timed]
     # the columns the windows read: a window's rows are copied with these only
     used = [c for c in ("t_end_s", "ok", "output_tokens", "ttft_ms", "tpot_ms", "decode_tps", "e2e_ms",
@@ -236,6 +244,10 @@ def step_table(
                 f"{kind}:{n}" for kind, n in failed["error_kind"].value_counts().sort_index().items()
             ),
         }
+        in_service_ms = row["e2e_p50_ms"] - (row["ttft_p50_ms"] if row["ttft_p50_ms"] < row["e2e_p50_ms"] else 0.0)
+        half, _ = throughput_interval(ci_first_s, ci_end_s, ci_tokens, start_s, end_s, in_service_ms / 1000.0)
+        row["output_tps_ci95_low"] = row["output_tps_prorated"] - half
+        row["output_tps_ci95_high"] = row["output_tps_prorated"] + half
         rows.append(row)
     table = pd.DataFrame(rows, columns=[c for c in STEP_TABLE_COLUMNS if c not in RATE_COLUMNS])
     rates = rate_columns(reqs, windows)
@@ -246,6 +258,79 @@ def step_table(
     return table.astype(
         {**{c: "float64" for c in floats}, "step": "int64", "completed": "int64", "errors": "int64", "error_kinds": str}
     )
+
+
+MAX_SUB_WINDOWS = 10
+"""At most this many sub-windows per step in :func:`throughput_interval`."""
+
+
+def throughput_interval(
+    t_first_s: np.ndarray,
+    t_end_s: np.ndarray,
+    tokens: np.ndarray,
+    window_start_s: float,
+    window_end_s: float,
+    correlation_s: float,
+) -> tuple[float, float]:
+    """Half-width of a step's 95 % throughput interval and the number of sub-windows it rests on.
+
+    Batch means, written here because the field has no library for it on a token process: the
+    window is cut into ``K = min(10, floor(W / max(correlation_s, 1 s)))`` equal sub-windows, each
+    at least one request's time in service long (``correlation_s``: a batch's tokens are
+    correlated over about one request's prefill and decode), the output tokens of each are counted (each request's spread over its decode,
+    :func:`analysis.metrics.prorated_tokens`'s rule), and the half-width is Student's
+    ``t(0.975, K - 1) * sd(rates) / sqrt(K)`` in tokens/s. Spread tokens only give the spread of
+    the sub-window rates; the interval is centred by the caller on ``output_tps_prorated``.
+
+    Parameters
+    ----------
+    t_first_s, t_end_s, tokens : numpy.ndarray
+        First token and end (Unix s) and output tokens of the successful requests (float64,
+        shape (n,)); requests outside the window add nothing.
+    window_start_s, window_end_s : float
+        The steady window, Unix s.
+    correlation_s : float
+        The step's time in service per request, E2E p50 - TTFT p50, s (NaN: 1 s).
+
+    Returns
+    -------
+    (half_width_tps, sub_windows) : (float, int)
+        NaN and ``K`` when ``K < 3`` (the window holds fewer than three requests' lengths: no
+        interval can be formed) or no token arrived.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> f = np.arange(0.0, 10.0, 1.0); e = f + 1.0; tok = np.full(10, 10.0)
+    >>> throughput_interval(f, e, tok, 0.0, 10.0, 1.0)  # 10 tokens/s in every second
+    (0.0, 10)
+    """
+    from scipy.special import stdtrit
+
+    length_s = window_end_s - window_start_s
+    corr = correlation_s if np.isfinite(correlation_s) else 1.0
+    k = int(min(MAX_SUB_WINDOWS, np.floor(length_s / max(corr, 1.0)))) if length_s > 0 else 0
+    if k < 3:
+        return float("nan"), k
+    keep = (t_end_s >= window_start_s) & ((t_first_s < window_end_s) | (t_end_s < window_end_s))
+    first, end, tok = t_first_s[keep], t_end_s[keep], np.nan_to_num(tokens[keep])
+    edges = np.linspace(window_start_s, window_end_s, k + 1)
+    counts = np.zeros(k)
+    point = ~(end > first)  # one token, or no TTFT: all at the end (NaN first compares false)
+    if point.any():
+        at = np.searchsorted(edges, end[point], side="right") - 1
+        inside = (at >= 0) & (at < k)
+        np.add.at(counts, at[inside], tok[point][inside])
+    f, e, t = first[~point], end[~point], tok[~point]
+    if len(f):
+        lo, hi = edges[:-1][None, :], edges[1:][None, :]
+        overlap = np.clip(np.minimum(e[:, None], hi) - np.maximum(f[:, None], lo), 0.0, None)
+        counts += (overlap * (t / (e - f))[:, None]).sum(axis=0)
+    rates = counts / (length_s / k)
+    if not rates.sum() > 0:
+        return float("nan"), k
+    half = float(stdtrit(k - 1, 0.975) * rates.std(ddof=1) / np.sqrt(k))
+    return half, k
 
 
 MEAN_COLUMNS: dict[str, str] = {

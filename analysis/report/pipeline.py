@@ -303,6 +303,7 @@ def analyze(
             ClientSide.from_meta(run.meta, run.client_load, run.requests, run.reported_requests),
             rules=rules,
             planned=planned_levels(shape),
+            warmup_s=run.warmup_s,
         )
         table, critical = verdict.table, verdict.critical
     else:

@@ -112,8 +112,8 @@ def batching_off(usable: pd.DataFrame, config: ServerConfig, rules: Rules) -> Ev
                 units={axis.value_key: axis.value_unit, "server_running": "requests", "server_waiting": "requests"},
                 text=(
                     f"at {axis.fmt(getattr(row, axis.column))} the server ran {row.server_running:.2f} "
-                    f"requests at a time while {row.server_waiting:.2f} waited: batching is not in "
-                    "effect" + (f" (although {name} = {config.batch_ceiling})" if config.batch_ceiling else "")
+                    f"requests at a time while {row.server_waiting:.2f} waited: batching is off in practice"
+                    + (f" (although {name} = {config.batch_ceiling})" if config.batch_ceiling else "")
                 ),
             )
     return Evidence(
@@ -166,7 +166,7 @@ def _logged_batch_of_one(usable: pd.DataFrame, rules: Rules) -> Evidence | None:
         text=(
             f"every batch the server logged held 1 sequence ({int(usable['n_batches'].sum())} "
             f"batches) while at {axis.fmt(row[axis.column])} {wait:.2f} requests "
-            "waited: batching is not in effect"
+            "waited: batching is off in practice"
         ),
     )
 

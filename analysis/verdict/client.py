@@ -12,10 +12,10 @@ A step is **invalid** (its figures describe the load client, not the server) whe
    ``rules.waiting_threshold``): past the server's saturation an open loop's backlog grows
    without bound and fills any pool, so there the late and unsent sends are the server's
    queue reaching the client, and the step's figures still show the saturation;
-2. ``server_not_following``: the server's running + waiting < ``rules.min_server_follow_ratio``
-   x client in-flight and at least ``rules.min_server_follow_gap`` requests fewer (requests
-   the client counts as sent never reached the server's scheduler: stuck in connection setup,
-   a proxy, or served by an instance that was not scraped);
+2. (no longer a client condition) the server's running + waiting short of the client's
+   in-flight is a server-side queue the counters do not show (column ``hidden_inflight``,
+   rule :mod:`analysis.verdict.hiddenqueue`): the client sent those requests, so it is never
+   blamed for them;
 3. ``conn_wait``: mean connection wait / (mean connection wait + E2E p50) >=
    ``rules.max_conn_wait_share`` (users wait for a free connection: ``--connections``);
 4. ``cpu``: a worker's mean CPU over the window >= ``rules.max_worker_cpu_cores`` (from
@@ -59,6 +59,7 @@ import pandas as pd
 
 from analysis.faults import outage_spells
 from analysis.loadaxis import RATE, load_axis
+from analysis.verdict.hiddenqueue import hidden_inflight
 from analysis.verdict.outage import outage_reason
 from analysis.verdict.types import BottleneckKind, Evidence, Rules
 
@@ -212,7 +213,7 @@ def client_validity(table: pd.DataFrame, client: ClientSide, rules: Rules) -> pd
     Returns
     -------
     pandas.DataFrame
-        Same index: ``inflight_ratio``, ``server_inflight`` (requests), ``conn_wait_share``
+        Same index: ``inflight_ratio``, ``server_inflight``, ``hidden_inflight`` (requests, :func:`analysis.verdict.hiddenqueue.hidden_inflight`), ``conn_wait_share``
         (0-1), the columns of :func:`worker_load_per_step`, ``valid`` (bool),
         ``invalid_reason`` (str, "" when valid; reasons joined by ``"; "``), ``incomplete``
         and ``outage`` (bool: why a step is invalid without the client being the limit).
@@ -226,6 +227,7 @@ def client_validity(table: pd.DataFrame, client: ClientSide, rules: Rules) -> pd
         target, achieved = table["target_users"].astype(float), table["client_inflight"].astype(float)
     out["inflight_ratio"] = achieved / target.where(target > 0)
     out["server_inflight"] = table["server_running"] + table["server_waiting"]
+    out["hidden_inflight"] = hidden_inflight(table, rules)
     wait = table.get("conn_wait_ms_mean", pd.Series(np.nan, index=table.index)).astype(float)
     out["conn_wait_share"] = wait / (wait + table["e2e_p50_ms"].astype(float))
     pausing = table.get("backoff_users", pd.Series(0.0, index=table.index)).astype(float).fillna(0.0)
@@ -241,7 +243,6 @@ def client_validity(table: pd.DataFrame, client: ClientSide, rules: Rules) -> pd
             continue
         why = []
         dominated = bool(row["failed_share"] >= rules.dominant_failure_share)
-        server = out.at[i, "server_inflight"]
         if axis is RATE:
             lag_ms, unsent, planned = row["send_lag_p50_ms"], row["unsent"], row["planned_sends"]
             slipped = lag_ms >= rules.max_send_lag_ms or unsent >= rules.max_unsent_share * planned > 0
@@ -257,17 +258,6 @@ def client_validity(table: pd.DataFrame, client: ClientSide, rules: Rules) -> pd
             why.append(
                 f"client in-flight {row['client_inflight']:.2f}{paused} of {row['target_users']:g} target users "
                 f"({held:.0%})"
-            )
-        if (
-            not dominated
-            and np.isfinite(server)
-            and server < rules.min_server_follow_ratio * row["client_inflight"]
-            and row["client_inflight"] - server >= rules.min_server_follow_gap
-        ):
-            why.append(
-                f"the server saw {server:.2f} requests (running + waiting) of the client's "
-                f"{row['client_inflight']:.2f} in flight (the rest stuck before its "
-                "scheduler, or served by an instance that was not scraped)"
             )
         share = out.at[i, "conn_wait_share"]
         if share >= rules.max_conn_wait_share:
@@ -423,13 +413,13 @@ def client_limit(table: pd.DataFrame, saturated_users: float | None) -> Evidence
     if limited and values["worker_lost"]:
         text = (
             f"a load worker was lost at {users} ({row['invalid_reason']}); its users were gone until "
-            "Locust moved them to the workers left, so the steps it cut short are not judged and the "
-            "server was not driven to saturation on the valid steps: rerun the ladder"
+            "Locust moved them to the workers left, so the steps it cut short are left unjudged and the "
+            "valid steps never drove the server to saturation: rerun the ladder"
         )
     elif limited:
         text = (
             f"the load client was the limit from {users} ({row['invalid_reason']}); the "
-            "server was not driven to saturation on the valid steps: fix the client before "
+            "valid steps never drove the server to saturation: fix the client before "
             "judging the server"
         )
     else:

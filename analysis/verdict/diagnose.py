@@ -18,6 +18,7 @@ from analysis.loadaxis import USERS, load_axis
 from analysis.server.config import ServerConfig
 from analysis.verdict.batching import (
     ServerSide,
+    _saturated_row,
     batch_wait,
     batching_off,
     compute,
@@ -34,11 +35,13 @@ from analysis.verdict.failures import (
     step_failure_kind,
     timeout_cause,
 )
+from analysis.verdict.hiddenqueue import hidden_queue
 from analysis.verdict.knee import CriticalConcurrency, find_critical_concurrency, fmt_users
 from analysis.verdict.outage import server_outage
 from analysis.verdict.recommend import recommend
 from analysis.verdict.staticbatch import static_batch
 from analysis.verdict.types import RULES, BottleneckKind, Evidence, Recommendation, Rules, Verdict
+from analysis.verdict.undetermined import Undecided, steps_too_short, unexplained
 
 K = BottleneckKind
 
@@ -51,6 +54,7 @@ KIND_RULES: dict[BottleneckKind, str] = {
     K.TIMEOUTS: "timeouts",
     K.REJECTIONS: "rejections",
     K.NONE: "none",
+    K.UNDETERMINED: "undetermined",
 }
 """The rule whose evidence speaks for each kind (secondaries are listed in this order)."""
 
@@ -74,6 +78,7 @@ def diagnose(
     *,
     rules: Rules = RULES,
     planned: Sequence[float] = (),
+    warmup_s: float | None = None,
 ) -> Verdict:
     """Name the run's bottleneck: one primary kind, secondaries, evidence, recommendations.
 
@@ -158,7 +163,9 @@ def diagnose(
         for r in ordered[~ordered.index.isin(usable.index)].itertuples(index=False)
     ]
     usable, judged_on = judged_throughput(usable)
+    usable = with_hidden_waiting(usable)
     knee = find_critical_concurrency(usable, **rules.knee_kwargs())
+    knee = _ceiling_queue(knee, usable, config, axis.column, rules)
     knee = replace(
         knee, evidence=tuple(left_out) + ((judged_on,) if judged_on else ()) + knee.evidence, axis=axis
     )  # the whole table's axis: the usable steps may be none
@@ -171,6 +178,7 @@ def diagnose(
         "kv_cache": kv_cache(usable, knee, config, rules),
     }
     ev["compute"], compute_row = compute(usable, rules)
+    ev["hidden_queue"] = hidden_queue(usable, rules)
     ev["batch_wait"] = batch_wait(usable, server.batch_wait_max_ms, rules)
     ev["static_batch"] = static_batch(usable, config, rules)
     first_fail = ordered[ordered["valid"] & dominated].head(1)
@@ -195,6 +203,7 @@ def diagnose(
         return float(below.max()) if len(below) else None
 
     critical = knee
+    undecided = Undecided(candidates=(), tells_apart="")
     if limited:
         primary = K.CLIENT
         first_bad = axis.fmt(ev["client"].values[axis.value_key])
@@ -216,6 +225,20 @@ def diagnose(
             saturated_users=saturated,
             stop_reason="failures dominate" if bool(row["failures_dominate"]) else "requests fail at saturation",
         )
+        # the failures' own evidence names the first step where they became significant: the run
+        # stopped scaling there, not at the later step they came to dominate (nginx limit_conn 4:
+        # 50 % failed at 8 users, 75 % at 16; the critical concurrency is 4, not 8)
+        named = ev[KIND_RULES[primary]].values.get(axis.value_key)
+        if ev[KIND_RULES[primary]].holds and named is not None and np.isfinite(named) and named < saturated:
+            at = ordered[ordered[axis.column] == named].head(1)
+            if len(at):
+                critical = replace(
+                    critical,
+                    users=before(float(named)),
+                    saturated_step=int(at["step"].iloc[0]),
+                    saturated_users=float(named),
+                    stop_reason="requests fail",
+                )
     elif compute_row is not None and saturated == float(compute_row[axis.column]):
         primary = K.BATCHING_OFF if ev["batching_off"].holds else K.COMPUTE
         critical = replace(
@@ -226,18 +249,46 @@ def diagnose(
             stop_reason="throughput stops rising without a queue",
         )
     elif knee.saturated_users is not None:
-        primary = (
-            K.BATCHING_OFF if ev["batching_off"].holds else K.KV_CACHE if ev["kv_cache"].holds else K.SCHEDULER_CEILING
-        )
+        if ev["batching_off"].holds:
+            primary = K.BATCHING_OFF
+        elif ev["kv_cache"].holds:
+            primary = K.KV_CACHE
+        elif ev["scheduler_ceiling"].holds:
+            primary = K.SCHEDULER_CEILING
+        else:  # a saturation no kind's rule explains: say which kinds it can be, never one it denies
+            primary = K.UNDETERMINED
+            row, _ = _saturated_row(usable, knee)
+            undecided = unexplained(row, config, rules, hidden=ev["hidden_queue"])
     else:
         primary = K.BATCHING_OFF if ev["batching_off"].holds else K.NONE
     if primary is K.BATCHING_OFF:
         critical = _queue_onset(critical, usable, axis.column, rules)
+    ev["steps_too_short"] = steps_too_short(
+        usable, _deciding_steps(usable, critical, axis.column), rules, warmup_s=warmup_s
+    )
+    proven = primary is K.SCHEDULER_CEILING and bool(config.batch_ceiling)  # the counters show it
+    if ev["steps_too_short"].holds and primary in TOO_SHORT_KINDS and not proven:
+        tentative = primary
+        primary = K.UNDETERMINED
+        undecided = Undecided(
+            candidates=_short_candidates(tentative, undecided.candidates, usable, rules),
+            tells_apart=ev["steps_too_short"].text.rsplit(": ", 1)[-1] + " and rerun the ladder",
+        )
+        critical = replace(
+            critical,
+            users=None,
+            saturated_step=None,
+            saturated_users=None,
+            stop_reason="not judged: steps too short to tell (" + undecided.tells_apart + ")",
+        )
     ev["server_outage"] = server_outage(table, client.outages, client.started_at_s)
     outage_first = primary is K.NONE and usable.empty and ev["server_outage"].holds
     if outage_first:
         primary = K.REJECTIONS
     ev["none"] = _none_rule(usable, config, primary is K.NONE, table=table, planned=planned)
+    ev["undetermined"] = _undetermined_rule(
+        undecided if primary is K.UNDETERMINED else None, ev, critical, axis_fmt=axis.fmt
+    )
     cause = timeout_cause(table, client.timeouts_s, rules)
     if cause is not None:
         ev["timeout_cause"] = cause
@@ -247,7 +298,11 @@ def diagnose(
     secondary = (
         ()
         if primary is K.CLIENT
-        else tuple(kind for kind, rule in KIND_RULES.items() if kind not in (primary, K.NONE) and ev[rule].holds)
+        else tuple(
+            kind
+            for kind, rule in KIND_RULES.items()
+            if kind not in (primary, K.NONE, K.UNDETERMINED) and ev[rule].holds
+        )
     )
     first = ev["server_outage"] if outage_first else ev[KIND_RULES[primary]]
     evidence = (first, *[e for name, e in ev.items() if e is not first])
@@ -261,6 +316,7 @@ def diagnose(
         chunked_prefill=config.chunked_prefill,
         axis=axis,
         planned=tuple(planned),
+        tells_apart=undecided.tells_apart if primary is K.UNDETERMINED else "",
     )
     if ev["server_outage"].holds:
         recs = tuple(r for r in recs if not outage_first) + (
@@ -276,11 +332,13 @@ def diagnose(
     return Verdict(
         bottleneck=primary,
         secondary=secondary,
-        headline=_headline(primary, first),
+        headline=first.text,
         critical=critical,
         evidence=evidence,
         recommendations=recs,
         table=table,
+        candidates=undecided.candidates if primary is K.UNDETERMINED else (),
+        tells_apart=undecided.tells_apart if primary is K.UNDETERMINED else "",
     )
 
 
@@ -361,12 +419,116 @@ def judged_throughput(usable: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     )
 
 
-def _headline(primary: BottleneckKind, first: Evidence) -> str:
-    if primary is K.SCHEDULER_CEILING and not first.holds:
-        return (
-            first.text + " (throughput stopped rising while TTFT climbed: requests queue; taken as a scheduler ceiling)"
+TOO_SHORT_KINDS = frozenset({K.NONE, K.SCHEDULER_CEILING, K.KV_CACHE, K.COMPUTE, K.UNDETERMINED})
+"""Kinds decided on the steps' throughput, so never on steps too short to tell (the client,
+failures and batching off rest on counts and shares that a short step still measures)."""
+
+
+def with_hidden_waiting(usable: pd.DataFrame) -> pd.DataFrame:
+    """``usable`` with the requests the server's counters missed (``hidden_inflight``,
+    :func:`analysis.verdict.hiddenqueue.hidden_inflight`) added to ``server_waiting``: they wait,
+    only where the counters do not see; the original count stays in ``server_waiting_counted``."""
+    if "hidden_inflight" not in usable.columns or not (usable["hidden_inflight"].astype(float) > 0).any():
+        return usable
+    out = usable.copy()
+    out["server_waiting_counted"] = out["server_waiting"]
+    out["server_waiting"] = out["server_waiting"].astype(float) + out["hidden_inflight"].astype(float).fillna(0.0)
+    return out
+
+
+def _ceiling_queue(
+    knee: CriticalConcurrency, usable: pd.DataFrame, config: ServerConfig, column: str, rules: Rules
+) -> CriticalConcurrency:
+    """Running at the configured batch ceiling with a queue at that step and every later one is a
+    saturation, whatever the throughput figures of a noisy step say (a 4-slot llama.cpp read
+    ``none`` beside running 4.00 of 4 with 3.86 waiting). Returns ``knee`` saturated at the
+    first such step when it found none (or a later one); unchanged without a configured ceiling."""
+    ceiling = float(config.batch_ceiling or 0)
+    if ceiling <= 0 or usable.empty:
+        return knee
+    rows = usable.sort_values(column, kind="stable").reset_index(drop=True)
+    running, waiting = rows["server_running"].astype(float), rows["server_waiting"].astype(float)
+    queued = (waiting > rules.waiting_threshold).to_numpy()
+    full = (running >= rules.running_ceiling * ceiling).to_numpy()
+    for i in range(1, len(rows)):
+        if full[i] and queued[i:].all():
+            users = float(rows.at[i, column])
+            if knee.saturated_users is not None and knee.saturated_users <= users:
+                return knee
+            return replace(
+                knee,
+                users=float(rows.at[i - 1, column]),
+                saturated_step=int(rows.at[i, "step"]),
+                saturated_users=users,
+                stop_reason="requests queue at the configured batch ceiling",
+                evidence=knee.evidence
+                + (
+                    f"at {users:g} running {running[i]:.2f} sits at the configured ceiling {ceiling:g} and "
+                    f"{waiting[i]:.2f} wait, at this step and every later one: saturated there",
+                ),
+            )
+    return knee
+
+
+def _deciding_steps(usable: pd.DataFrame, critical: CriticalConcurrency, column: str) -> list[int]:
+    """The ``step`` indices a decision compares: the first saturated step and the usable one
+    before it; with no saturation the two highest usable steps."""
+    rows = usable.sort_values(column, kind="stable")
+    if critical.saturated_step is not None:
+        at = rows.index[rows["step"] == critical.saturated_step]
+        if len(at):
+            i = rows.index.get_loc(at[0])
+            return [int(s) for s in rows["step"].iloc[max(0, i - 1) : i + 1]]
+    return [int(s) for s in rows["step"].iloc[-2:]]
+
+
+def _short_candidates(
+    tentative: BottleneckKind,
+    unexplained_candidates: tuple[BottleneckKind, ...],
+    usable: pd.DataFrame,
+    rules: Rules,
+) -> tuple[BottleneckKind, ...]:
+    """What a run whose steps were too short is compatible with: what the rules read on them,
+    and the kind its other reading points to (saturated: none; not saturated: the kind the top
+    step's counters suggest)."""
+    if tentative is K.UNDETERMINED:  # the unexplained saturation's candidates, or no saturation at all
+        return (*unexplained_candidates, K.NONE)[:3]
+    if tentative is not K.NONE:
+        return (tentative, K.NONE)
+    top = usable.sort_values(load_axis(usable).column, kind="stable").iloc[-1] if len(usable) else None
+    if top is not None and float(top.get("kv_usage_ratio", np.nan)) >= rules.kv_full_ratio:
+        other = K.KV_CACHE
+    elif top is not None and float(top["server_waiting"]) > rules.waiting_threshold:
+        other = K.SCHEDULER_CEILING
+    else:
+        other = K.COMPUTE
+    return (K.NONE, other)
+
+
+def _undetermined_rule(
+    undecided: Undecided | None, ev: dict[str, Evidence], critical: CriticalConcurrency, *, axis_fmt
+) -> Evidence:
+    """Rule ``undetermined``: holds when the verdict could not name one kind; its text names the
+    candidates and what tells them apart (the steps-too-short or the unexplained saturation)."""
+    if undecided is None:
+        return Evidence(rule="undetermined", kind=K.UNDETERMINED, holds=False, text="one kind's rule holds")
+    names = " or ".join(k.value for k in undecided.candidates)
+    if ev["steps_too_short"].holds:
+        text = f"{ev['steps_too_short'].text}; the run is compatible with {names}"
+    else:
+        where = f"at {axis_fmt(critical.saturated_users)} " if critical.saturated_users is not None else ""
+        text = (
+            f"throughput stops rising {where}while requests queue or the batch is full, but no kind's rule "
+            f"explains it: compatible with {names}; to tell them apart: {undecided.tells_apart}"
         )
-    return first.text
+    return Evidence(
+        rule="undetermined",
+        kind=K.UNDETERMINED,
+        holds=True,
+        values={"candidates": float(len(undecided.candidates))},
+        units={"candidates": "kinds"},
+        text=text,
+    )
 
 
 def _none_rule(

@@ -297,7 +297,7 @@ def failures(table: pd.DataFrame, kind: BottleneckKind, rules: Rules, *, server_
         )
         text = (
             f"at {axis.fmt(getattr(row, axis.column))} {how}{logged}"
-            + (": the step is dominated by failures and is not counted as healthy throughput" if dominates else "")
+            + (": the step is dominated by failures and left out of the healthy throughput" if dominates else "")
             + _backoff_text(table, paused)
         )
         return Evidence(rule=name, kind=kind, holds=True, values=values, units=units, text=text)

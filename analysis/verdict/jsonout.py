@@ -15,7 +15,7 @@ from analysis.baseline import Baseline
 from analysis.loadaxis import RATE, load_axis
 from analysis.verdict.types import Verdict, _number
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """``schema`` of the files written here."""
 
 SCHEMA_PATH = Path(__file__).with_name("verdict.schema.json")
@@ -30,7 +30,9 @@ def verdict_json(verdict: Verdict, thresholds: Sequence = ()) -> dict:
     -------
     dict
         ``schema``, ``critical_concurrency`` (int or None: the ladder step's users),
-        ``bottleneck`` (kind name), ``secondary``, ``evidence`` (each
+        ``bottleneck`` (kind name), ``secondary``, ``candidates`` and ``tells_apart`` (with
+        ``undetermined``: the kinds the run is compatible with and what separates them; ``[]``
+        and None otherwise), ``evidence`` (each
         :meth:`~analysis.verdict.types.Evidence.to_json`), ``recommendations``, ``steps``
         (``users``, ``valid``, ``invalid_reason``, in ladder order), ``thresholds`` (each
         :meth:`~analysis.thresholds.ThresholdCheck.to_json`). A request-rate ladder
@@ -47,6 +49,8 @@ def verdict_json(verdict: Verdict, thresholds: Sequence = ()) -> dict:
         **({"critical_rate_rps": critical_rate} if rate else {}),
         "bottleneck": verdict.bottleneck.value,
         "secondary": [kind.value for kind in verdict.secondary],
+        "candidates": [kind.value for kind in verdict.candidates],
+        "tells_apart": verdict.tells_apart or None,
         "evidence": [e.to_json() for e in verdict.evidence],
         "recommendations": [r.to_json() for r in verdict.recommendations],
         "steps": [
@@ -89,6 +93,8 @@ def baseline_verdict_json(baseline: Baseline, thresholds: Sequence = ()) -> dict
         "critical_concurrency": None,
         "bottleneck": None,
         "secondary": [],
+        "candidates": [],
+        "tells_apart": None,
         "evidence": [],
         "recommendations": [],
         "steps": [],

@@ -32,6 +32,7 @@ def recommend(
     chunked_prefill: bool | None = None,
     axis: LoadAxis = USERS,
     planned: tuple[float, ...] = (),
+    tells_apart: str = "",
 ) -> tuple[Recommendation, ...]:
     """The recommendations for the primary kind, then each secondary kind.
 
@@ -52,6 +53,8 @@ def recommend(
         evidence that says the ladder was cut short (``cut_short``) asks to rerun it.
     chunked_prefill : bool or None
         Whether the server already prefills in chunks (then it is not recommended).
+    tells_apart : str, default ""
+        With an ``undetermined`` primary: the measurement or rerun that separates its candidates.
     axis : LoadAxis, default USERS
         What the ladder's steps are (a rate ladder caps the offered rate, not the concurrency).
     """
@@ -255,6 +258,40 @@ def recommend(
                     verify="rerun with the longer ladder and look for the step where throughput stops rising",
                 )
             )
+    if primary is K.UNDETERMINED:
+        short = evidence.get("steps_too_short")
+        if short is not None and short.holds:
+            dwell = short.values.get("dwell_s_needed")
+            out.append(
+                Recommendation(
+                    change=f"lengthen every step so that it holds enough requests to decide ({tells_apart})",
+                    flag=f"--dwell-s {_users(dwell)}" if dwell is not None else "--dwell-s",
+                    because=short.rule,
+                    verify="rerun the same ladder with the same script and inputs and the longer dwell; the "
+                    "verdict then decides on steps whose throughput interval is narrow",
+                )
+            )
+        else:
+            out.append(
+                Recommendation(
+                    change=f"measure what tells the candidates apart: {tells_apart}",
+                    flag="",
+                    because="undetermined",
+                    verify="rerun the same ladder with the same script and inputs and that measurement added",
+                )
+            )
+    hidden = evidence.get("hidden_queue")
+    if hidden is not None and hidden.holds and primary is not K.CLIENT:
+        out.append(
+            Recommendation(
+                change="find where the requests the server's counters miss wait (the accept backlog, a gateway, "
+                "a static batcher's next batch, an unscraped replica) and scrape or log it",
+                flag="--server-metrics-url for each replica, or --server-log with the gateway's or batcher's log",
+                because=hidden.rule,
+                verify="rerun the same ladder with the same script and inputs and check that the server's running "
+                "+ waiting equals the client's in-flight",
+            )
+        )
     waits = evidence.get("batch_wait")
     if waits is not None and waits.holds and primary is not K.CLIENT:
         out.append(

@@ -37,9 +37,18 @@ class BottleneckKind(str, enum.Enum):
     """The server refused or dropped requests (429, 5xx, queue full, connection closed...)."""
     NONE = "none"
     """No saturation within the tested ladder."""
+    UNDETERMINED = "undetermined"
+    """The run cannot tell two or three kinds apart (steps too short, server counts missing, a
+    saturation no kind's rule explains): the verdict names the candidates
+    (:attr:`Verdict.candidates`) and the one measurement or rerun that separates them
+    (:attr:`Verdict.tells_apart`); never a kind whose own evidence denies it."""
 
 
-SERVER_KINDS: frozenset[BottleneckKind] = frozenset(BottleneckKind) - {BottleneckKind.CLIENT, BottleneckKind.NONE}
+SERVER_KINDS: frozenset[BottleneckKind] = frozenset(BottleneckKind) - {
+    BottleneckKind.CLIENT,
+    BottleneckKind.NONE,
+    BottleneckKind.UNDETERMINED,
+}
 """Kinds that blame the server (never reported when the client limited the run)."""
 
 
@@ -117,6 +126,18 @@ class Rules:
         Share of the users' time spent pausing after refusals (``backoff_users`` / target users)
         at or above which the ``rejections`` evidence names the step: its in-flight and
         throughput are what the server let through, not what the users asked for.
+    min_window_e2e : float, default 3.0
+        A step whose steady window is shorter than this many of its E2E p50 is too short to
+        decide (rule ``steps_too_short``): it holds at most a few whole requests, and its
+        throughput has no interval (:func:`analysis.steps.throughput_interval`).
+    min_completions : int, default 20
+        ... and so is one with fewer successful completions than this whose throughput interval
+        is also wider than ``max_tps_rel_halfwidth`` (few completions alone do not condemn a
+        step: its tokens are counted as they arrive, and a steady one-user step of 6 requests
+        can measure its rate to 1 %).
+    max_tps_rel_halfwidth : float, default 0.1
+        Half-width of a step's 95 % throughput interval relative to its throughput above which
+        a step with few completions is too short.
     """
 
     min_gain_per_doubling: float = 1.15
@@ -142,6 +163,9 @@ class Rules:
     dominant_failure_share: float = 0.5
     batch_wait_at_max_share: float = 0.5
     significant_backoff_share: float = 0.1
+    min_window_e2e: float = 3.0
+    min_completions: int = 20
+    max_tps_rel_halfwidth: float = 0.1
 
     def knee_kwargs(self) -> dict[str, float]:
         """Keyword arguments of :func:`analysis.verdict.knee.find_critical_concurrency`."""
@@ -246,6 +270,11 @@ class Verdict:
         (str), ``failed_share`` (0-1), ``failures_dominate`` (bool), ``server_errors`` (int64),
         ``server_error_kinds`` (str), and the client figures of
         :func:`analysis.verdict.client.client_validity`.
+    candidates : tuple of BottleneckKind, default ()
+        With ``bottleneck`` ``undetermined``: the two or three kinds the run is compatible with
+        (empty otherwise).
+    tells_apart : str, default ""
+        With ``undetermined``: the one measurement or rerun that separates the candidates.
     """
 
     bottleneck: BottleneckKind
@@ -255,6 +284,8 @@ class Verdict:
     evidence: tuple[Evidence, ...]
     recommendations: tuple[Recommendation, ...]
     table: pd.DataFrame
+    candidates: tuple[BottleneckKind, ...] = ()
+    tells_apart: str = ""
 
     @property
     def critical_concurrency(self) -> int | None:

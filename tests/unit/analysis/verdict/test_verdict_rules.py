@@ -331,15 +331,24 @@ def test_client_short_of_target_never_blames_the_server():
     assert e.values["inflight_ratio"] == 0.75 and e.values["limited_run"] == 1
 
 
-def test_server_not_following_the_client_is_the_client():
-    tab = table(users=[1, 2, 4], tput=[50, 95, 100], running=[1, 2, 1.5], waiting=[0, 0, 0.5])
+def test_requests_the_server_does_not_show_are_a_hidden_queue_never_the_client():
+    # issue 25: a static batcher with a long batch wait read "client" while the load client idled
+    tab = table(users=[1, 2, 4], tput=[50, 95, 100], ttft=[50, 52, 400], running=[1, 2, 1.5], waiting=[0, 0, 0.5])
     verdict = judge(tab)
     # 4 users in flight at the client, 2.0 at the server: 2 < 0.75 x 4 and 2 >= 1 fewer
-    assert verdict.bottleneck is K.CLIENT
-    assert (
-        "the server saw 2.00 requests (running + waiting) of the client's 4.00"
-        in verdict.table.loc[2, "invalid_reason"]
-    )
+    assert verdict.bottleneck is not K.CLIENT and K.CLIENT not in verdict.secondary
+    assert bool(verdict.table.loc[2, "valid"])
+    hidden = ev(verdict, "hidden_queue")
+    assert hidden.holds and hidden.values["hidden_requests"] == 2.0 and hidden.values["users"] == 4.0
+    assert "the client had 4.00 requests in flight and the server's counters showed 2.00" in hidden.text
+    # counted as waiting (2 hidden + 0.5), the 4-user step saturates: throughput x1.05 per
+    # doubling, TTFT x7.7
+    assert verdict.critical_concurrency == 2
+    # running 1.5, no configured ceiling, requests hidden: which limit is undetermined
+    assert verdict.bottleneck is K.UNDETERMINED
+    assert verdict.candidates == (K.SCHEDULER_CEILING, K.COMPUTE)
+    assert "scrape every replica" in verdict.tells_apart
+    assert any(r.because == "hidden_queue" for r in verdict.recommendations)
 
 
 def test_connection_wait_cpu_loop_lag_and_lost_workers_invalidate_steps():
@@ -623,3 +632,23 @@ def test_client_side_finds_the_stop_and_missing_records_in_requests():
     assert side.stopped_at_s == T0 + 4.5  # the earlier interrupted end: 2.0 + 2.5 < 1.0 + 4.0
     assert side.records_end_s == T0 + 5.0 and side.missing_records == 6
     assert ClientSide.from_meta({}, None, requests, reported_requests=4).records_end_s is None
+
+
+def test_rejections_critical_concurrency_is_before_the_step_its_evidence_names():
+    # issue 25, measured behind a real nginx (limit_conn 4, 503) in front of the embedded server:
+    # flat from 4 users, 13 x 503 at 8 users, 36 at 16; the verdict said "rejections at 8 users"
+    # beside "critical concurrency 8 (failures dominate at 16)"; the answer is 4
+    tab = table(
+        users=[1, 2, 4, 8, 16],
+        tput=[40, 80, 160, 160, 160],
+        running=[NAN] * 5,
+        waiting=[NAN] * 5,
+        completed=[20] * 5,
+        errors=[0, 0, 0, 13, 36],
+        error_kinds=["", "", "", "http_503:13", "http_503:36"],
+        e2e=[250] * 5,
+    )
+    verdict = judge(tab)
+    assert verdict.bottleneck is K.REJECTIONS
+    assert ev(verdict, "rejections").values["users"] == 8.0
+    assert verdict.critical_concurrency == 4
