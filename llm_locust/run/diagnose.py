@@ -3,7 +3,9 @@
 1. Single-request baseline: ``--baseline-requests`` requests one at a time (fixed prompt set,
    temperature 0, fixed ``--max-tokens``), medians (``<round>/baseline/``).
 2. Startup-config check: did the batching settings take effect (server log, ``/props``, ``/info``).
-3. Ladder (``<round>/ladder/``) until the knee is passed: while the critical concurrency is not
+3. Ladder (``<round>/ladder/``) until the knee is passed. When the verdict finds the steps too
+   short to decide (``undetermined``, rule ``steps_too_short``), the ladder is rerun once with
+   the ``--dwell-s`` it asks for, within ``--time-budget-s``. While the critical concurrency is not
    reached and throughput still rises at the top step, the ladder is run again with two more
    doublings, bounded by ``--max-users`` and ``--time-budget-s`` (the earlier attempt is kept as
    ``ladder-try<N>/``). With ``--rates`` the ladder is a request-rate ladder (``--shape rate``):
@@ -140,6 +142,20 @@ def _rising_at_top(result, min_gain: float = 1.15) -> bool:
     if t0 <= 0 or u1 <= u0:
         return t1 > t0
     return (t1 / t0) ** (1.0 / math.log2(u1 / u0)) >= min_gain
+
+
+def longer_dwell_s(result, dwell_s: float) -> float | None:
+    """The ``--dwell-s`` to rerun a ladder with when its verdict found the steps too short to
+    decide (rule ``steps_too_short``, its ``dwell_s_needed``), or None (decided, or no longer
+    dwell asked for than ``dwell_s``)."""
+    verdict = getattr(result, "verdict", None)
+    if verdict is None or verdict.bottleneck.value != "undetermined":
+        return None
+    short = next((e for e in verdict.evidence if e.rule == "steps_too_short" and e.holds), None)
+    needed = short.values.get("dwell_s_needed") if short is not None else None
+    if needed is None or not math.isfinite(needed) or needed <= dwell_s:
+        return None
+    return float(needed)
 
 
 def check_compare_to_axis(path: Path, *, rate: bool) -> None:
@@ -281,7 +297,7 @@ def measure_round(
     print(out.baseline.config_check.line if out.baseline.config_check else "no server configuration read")
     for detail in out.baseline.config_check.details if out.baseline.config_check else ():
         print(f"  {detail}")
-    attempt = 1
+    attempt, lengthened = 1, False
     rate = bool(args.rates)
     unit, bound = ("req/s", args.max_rate) if rate else ("users", args.max_users)
     while True:
@@ -310,6 +326,21 @@ def measure_round(
             out.failed = True
             return out, ladder
         out.ladder = analyze_run(run_dir, fail_on=getattr(args, "thresholds", ()))
+        dwell_s = longer_dwell_s(out.ladder, args.dwell_s)
+        if dwell_s is not None:  # the verdict could not decide on steps this short: lengthen them once
+            needed_s = len(ladder) * dwell_s + ATTEMPT_OVERHEAD_S
+            if not lengthened and time.monotonic() - started + needed_s <= args.time_budget_s:
+                print(f"steps too short to tell: rerunning the ladder with --dwell-s {dwell_s:g}")
+                run_dir.rename(folder / f"ladder-try{attempt}")
+                attempt, args.dwell_s, lengthened = attempt + 1, dwell_s, True
+                continue
+            out.notes.append(
+                f"steps too short to tell; a ladder of {dwell_s:g} s a step does not fit the time budget "
+                f"({args.time_budget_s:g} s, --time-budget-s)"
+                if not lengthened
+                else f"steps still too short to tell at --dwell-s {args.dwell_s:g}"
+            )
+            break
         if out.ladder.critical.users is not None or not _rising_at_top(out.ladder):
             break
         longer = extended_ladder(ladder, bound)
