@@ -20,7 +20,7 @@ import pytest
 
 from llm_locust.run.demo import start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
-from tests.compare_recompute import single_decode_median, step_tps_prorated
+from tests.compare_recompute import single_decode_median, single_ttft_median, step_tps_prorated
 
 pytestmark = pytest.mark.slow
 
@@ -120,3 +120,38 @@ def test_slowdown_ab_is_compute_cost(tmp_path, round_a):
     assert attribution["kind"] == "compute_cost", attribution["evidence"]
     assert attribution["single_request"]["decode_tps_ratio"]["value"] == pytest.approx(0.5, rel=0.15)
     assert attribution["batch_ceiling"]["moved"] is False and attribution["critical_concurrency"]["moved"] is False
+
+
+def test_static_batcher_ab_is_batching_or_scheduling_though_its_ttft_differs(tmp_path):
+    # A static batcher with a 200 ms batch timer (llama.cpp --no-cont-batching's model plus a
+    # timeout), max batch 4 vs 1: alone, a request waits the whole timer for a batch of 4 and none
+    # for a batch of 1, so the single-request TTFT differs by ~200 ms at equal decode rates; at 4
+    # users batches of 4 fill at once and the wait vanishes. Nothing about compute changed (the
+    # same engine, 20 + 1 ms a token): issue 25 saw this A/B read "mixed".
+    static = ["--batching", "static", "--batch-wait-ms", "200"]
+    ports = free_port(), free_port()
+    servers = [
+        start_sim_server(port=port, max_num_seqs=seqs, log_path=tmp_path / f"b{seqs}.log", extra=static)
+        for port, seqs in zip(ports, (4, 1))
+    ]
+    try:
+        completed = subprocess.run(
+            [sys.executable, "-m", "llm_locust.cli", "diagnose", "--host", f"http://127.0.0.1:{ports[0]}",
+             "--host-b", f"http://127.0.0.1:{ports[1]}", *ROUND_ARGS, "--server-log", str(tmp_path / "b4.log"),
+             "--server-log-b", str(tmp_path / "b1.log"), "--out", str(tmp_path / "out")],
+            capture_output=True, text=True, timeout=400,
+        )  # fmt: skip
+    finally:
+        for server in servers:
+            stop_process(server, grace_s=5)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    out = tmp_path / "out"
+    a, b = out / "round-a", out / "round-b"
+
+    attribution = _check_deltas(a, b, out)
+    assert attribution["kind"] == "batching_or_scheduling", attribution["evidence"]
+    assert abs(attribution["single_request"]["decode_tps_ratio"]["value"] - 1) < 0.1
+    gap_ms = single_ttft_median(a / "baseline") - single_ttft_median(b / "baseline")
+    assert 150 < gap_ms < 250, gap_ms  # the timer, recomputed from requests.csv
+    assert attribution["single_request"]["ttft_is_wait"] is True, attribution["evidence"]
+    assert attribution["batch_ceiling"]["moved"] is True

@@ -46,7 +46,13 @@ def test_max_num_seqs_ab_is_batching_or_scheduling(vllm_seqs_ab):
     assert knee["value"] >= 1.4 and knee["low"] > 1.2, attribution["evidence"]
     assert result["rounds"][1]["knee_users"] > result["rounds"][0]["knee_users"], result["rounds"]
     assert attribution["kind"] in ("batching_or_scheduling", "mixed"), attribution["evidence"]
+    ceiling = attribution["batch_ceiling"]  # the startup logs' 2 and 8, or the running max under a queue
+    assert (ceiling["baseline"], ceiling["round"], ceiling["moved"]) == (2, 8, True), ceiling
     if attribution["kind"] == "batching_or_scheduling":
         assert abs(decode - 1.0) < 0.25, attribution["evidence"]
+    else:  # mixed: the knee ratio split into the decode ratio and the batching factor
+        shares = attribution["shares"]
+        assert shares["compute_factor"] == pytest.approx(decode, rel=1e-9)
+        assert shares["compute_factor"] * shares["batching_factor"] == pytest.approx(knee["value"], rel=1e-9)
     assert "server.batch_ceiling (max_num_seqs): 2 -> 8" in result["rounds"][1]["change"]
     assert f"Attribution (round 2 vs round 1): {attribution['kind']}" in vllm_seqs_ab.stdout
