@@ -1,65 +1,54 @@
-"""``report/index.html`` of a diagnosis: one static page linking every round's files.
+"""``report/index.html`` of a diagnosis: the round table and attribution, then each round's card.
 
-Reads only what the runs wrote: ``<round>/{baseline,ladder}/report/summary.md``,
-``<round>/ladder/report/verdict.json`` (the verdict's schema-1 layout: ``bottleneck``,
-``critical_concurrency`` or a rate ladder's ``critical_rate_rps``, ``evidence[].text``, ``recommendations[].change/flag/because/verify``)
-and the PNGs next to them; the round table and attribution come from the comparison. No script,
-no server: the page opens from the file system.
+Reads only what the runs wrote: ``<round>/{baseline,ladder}/report/`` (``summary.md``,
+``verdict.json`` in the layout of ``analysis/verdict/verdict.schema.json``, ``steps.csv``, the PNGs);
+the round table and attribution come from the comparison. Each round shows its *ladder's* verdict
+first (the baseline's ``verdict.json`` has ``bottleneck: null`` and states only the medians), then
+the baseline's card. Rendered by the single-run page's template (:mod:`analysis.report.html`); no
+script, no network: the page opens from the file system.
 """
 
 from __future__ import annotations
 
 import os
-from html import escape
 from pathlib import Path
+from typing import Any
 
 from analysis.atomicwrite import write_text_atomic
 from analysis.compare.report import PNG_NAMES, Comparison
 from analysis.compare.table import table_cells
-from analysis.report.html import link, page, report_html
+from analysis.report.html import link_item, render_page, report_section
 
 
-def _round_html(base: Path, name: str, folder: Path, notes: list[str]) -> list[str]:
-    out = [f"<h2>Round {escape(name)}: {escape(folder.name)}</h2>"]
-    out += [f"<p>Note: {escape(n)}</p>" for n in notes]
-    for part in ("baseline", "ladder"):
+def _round_section(base: Path, name: str, folder: Path, notes: list[str]) -> dict[str, Any]:
+    reports = []
+    for part, label in (("ladder", "ladder"), ("baseline", "single-request baseline")):
         report = folder / part / "report"
         if not report.is_dir():
             continue
-        links = [
-            link(base, report / f)
-            for f in ("index.html", "summary.md", "steps.csv", "verdict.json")
-            if (report / f).exists()
-        ]
-        out.append(
-            f"<h3>{part}</h3><p>{' &middot; '.join(links)} &middot; {link(base, folder / part, 'run directory')}</p>"
-        )
-        out += report_html(base, report, summary_open=part == "baseline")
-    return out
+        section = report_section(base, report, heading=f"Round {name}: {label}", anchor=f"-{name}-{part}")
+        section["links"].append(link_item(base, folder / part, "run directory"))
+        reports.append(section)
+    return {"heading": f"Round {name}: {folder.name}", "anchor": f"round-{name}", "notes": notes, "reports": reports}
 
 
-def _comparison_html(base: Path, comparison: Comparison) -> list[str]:
+def _comparison(base: Path, comparison: Comparison) -> dict[str, Any]:
     headers, rows = table_cells(comparison.table)
-    table = ["<table>", "<tr><th></th>" + "".join(f"<th>round {i + 1}</th>" for i in range(len(rows))) + "</tr>"]
-    for i, header in enumerate(headers):
-        table.append(f"<tr><th>{escape(header)}</th>" + "".join(f"<td>{escape(r[i])}</td>" for r in rows) + "</tr>")
-    table.append("</table>")
-    out = ["<h2>Round table</h2>", *table]
-    for k, attribution in enumerate(comparison.attributions, start=2):
-        out += [
-            f'<p class="kind">Attribution (round {k} vs round 1): {escape(attribution.kind)}</p>',
-            "<ul>",
-            *[f"<li>{escape(line)}</li>" for line in attribution.evidence],
-            "</ul>",
+    out: dict[str, Any] = {
+        "columns": [f"round {i + 1}" for i in range(len(rows))],
+        "rows": [{"header": h, "cells": [r[i] for r in rows]} for i, h in enumerate(headers)],
+        "attributions": [
+            {"label": f"round {k} vs round 1", "kind": a.kind, "evidence": list(a.evidence)}
+            for k, a in enumerate(comparison.attributions, start=2)
+        ],
+        "links": [],
+    }
+    if comparison.out_dir is not None:
+        out["links"] = [
+            link_item(base, comparison.out_dir / f)
+            for f in ("summary.md", "compare.json", "rounds.csv", *PNG_NAMES)
+            if (comparison.out_dir / f).exists()
         ]
-    out_dir = comparison.out_dir
-    if out_dir is not None:
-        out.append(
-            "<p>"
-            + " &middot; ".join(link(base, out_dir / f) for f in ("summary.md", "compare.json", "rounds.csv"))
-            + "</p>"
-        )
-        out += [f'<p><img src="{escape(os.path.relpath(out_dir / p, base))}" alt="{escape(p)}"></p>' for p in PNG_NAMES]
     return out
 
 
@@ -93,20 +82,40 @@ def write_index(
     """
     base = out / "report"
     base.mkdir(parents=True, exist_ok=True)
-    body = [
-        "<h1>llm-locust diagnosis</h1>",
-        "<p>Order: single-request baseline &rarr; startup-config check &rarr; ladder until the knee "
-        "&rarr; verdict and recommendations"
-        + (" &rarr; A/B round table and attribution" if comparison else "")
-        + "</p>",
+    sections = [_round_section(base, name, folder, notes) for name, folder, notes in rounds]
+    comp = _comparison(base, comparison) if comparison is not None else None
+    if comp is not None and comparison is not None and comparison.out_dir is not None:
+        figures = [
+            {"src": os.path.relpath(comparison.out_dir / p, base), "caption": f"Rounds side by side: {p}"}
+            for p in PNG_NAMES
+            if (comparison.out_dir / p).exists()
+        ]
+        if figures:
+            sections.append(
+                {
+                    "heading": "Comparison figures",
+                    "anchor": "comparison-figures",
+                    "notes": [],
+                    "reports": [
+                        {"heading": "", "anchor": "", "verdict": None, "links": [], "steps": None,
+                         "figures": figures, "summary_html": "", "summary_open": False}
+                    ],
+                }
+            )  # fmt: skip
+    headlines = [
+        {"name": section["heading"], "anchor": section["anchor"], **card}
+        for section in sections
+        for report in section["reports"][:1]
+        if (card := report["verdict"]) is not None and not card["baseline"]
     ]
-    if comparison is not None:
-        body += _comparison_html(base, comparison)
-    if problem:
-        body.append(f"<pre>{escape(problem)}</pre>")
-    if compare_to is not None:
-        body.append(f"<p>Compared with the earlier round {link(base, compare_to, str(compare_to))}</p>")
-    for name, folder, notes in rounds:
-        body += _round_html(base, name, folder, notes)
-    text = page("llm-locust diagnosis", body)
+    text = render_page(
+        headlines=headlines,
+        title="llm-locust diagnosis",
+        intro="Order: single-request baseline, startup-config check, ladder until the knee, verdict and "
+        "recommendations" + (", A/B round table and attribution (first below)" if comparison else "") + ".",
+        comparison=comp,
+        problem=problem,
+        compare_to=link_item(base, compare_to, str(compare_to)) if compare_to is not None else None,
+        sections=sections,
+    )
     return write_text_atomic(base / "index.html", text)

@@ -41,16 +41,21 @@ def test_the_run_page_links_every_file_and_shows_the_verdict(tmp_path):
     report = index.parent
     # every figure written is shown, every link resolves (relative to the page)
     written = sorted(p.name for p in report.glob("*.png"))
-    assert sorted(src.rsplit("/", 1)[-1] for src in page.imgs) == written and written
+    assert sorted({src.rsplit("/", 1)[-1] for src in page.imgs}) == written and written
     for target in page.hrefs + page.imgs:
         assert (report / target).resolve().exists(), target
     linked = {(report / h).resolve() for h in page.hrefs}
     assert (run_dir / "requests.csv").resolve() in linked and (run_dir / "run.json").resolve() in linked
-    # the summary is summary.md verbatim; the bottleneck and recommendations are verdict.json's
-    assert "".join(page.pre) == result.paths.summary_md.read_text(encoding="utf-8")
-    verdict = json.loads(result.paths.verdict_json.read_text(encoding="utf-8"))
+    # the summary is summary.md rendered (its headings as text, no markdown left); the bottleneck
+    # and recommendations are verdict.json's
     text = "".join(page.text)
-    assert f"Bottleneck: {verdict['bottleneck']}; critical concurrency: {verdict['critical_concurrency']}" in text
+    summary = result.paths.summary_md.read_text(encoding="utf-8")
+    headings = [line.lstrip("#").strip() for line in summary.splitlines() if line.startswith("## ")]
+    assert headings and all(h in text for h in headings), headings
+    assert "## " not in text and "|---" not in text and not page.pre
+    verdict = json.loads(result.paths.verdict_json.read_text(encoding="utf-8"))
+    assert f"Bottleneck: {verdict['bottleneck']}" in text
+    assert f"Critical concurrency: {verdict['critical_concurrency']} users" in text
     for rec in verdict["recommendations"]:
         assert rec["change"] in text
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from analysis.compare import compare_rounds, write_comparison
@@ -51,9 +52,66 @@ def test_index_links_every_file_it_names(tmp_path):
         tmp_path, [("a", tmp_path / "round-a", []), ("b", tmp_path / "round-b", ["a note"])], comparison
     ).read_text()
 
-    for href in re.findall(r'(?:href|src)="([^"]+)"', page):
+    for href in re.findall(r'(?:href|src)="([^"#]+)"', page):
         assert (tmp_path / "report" / href).exists(), href
-    assert "Bottleneck: compute; critical concurrency: 4" in page
+    for anchor in re.findall(r'href="#([^"]+)"', page):
+        assert f'id="{anchor}"' in page, anchor
+    assert "Bottleneck: <code>compute</code>" in page
+    assert "<b>Critical concurrency:</b> 4 users" in page
     assert "flat &lt;x&gt;" in page  # escaped
-    assert "Attribution (round 2 vs round 1): compute_cost" in page
+    assert "Attribution (round 2 vs round 1): <code>compute_cost</code>" in page
     assert "<script" not in page
+
+
+def _verdict(report, verdict):
+    report.mkdir(parents=True, exist_ok=True)
+    (report / "verdict.json").write_text(json.dumps(verdict))
+
+
+def test_diagnose_page_shows_the_ladder_verdict_not_the_baselines(tmp_path):
+    # the baseline's verdict.json (analysis/verdict/verdict.schema.json) has "bottleneck": null; the
+    # page once showed it first as "Bottleneck: None; critical concurrency: None"
+    folder = tmp_path / "round-a"
+    _verdict(
+        folder / "baseline" / "report",
+        {"schema": 1, "shape": "baseline", "critical_concurrency": None, "bottleneck": None, "secondary": [],
+         "evidence": [], "recommendations": [], "steps": [],
+         "baseline": {"requests": 10, "failed": 0, "ttft_p50_ms": 24.0, "tpot_p50_ms": 21.0},
+         "note": "single-request baseline"},
+    )  # fmt: skip
+    _verdict(
+        folder / "ladder" / "report",
+        {"schema": 1, "critical_concurrency": None, "bottleneck": "none", "secondary": [],
+         "evidence": [{"rule": "none", "kind": "none", "holds": True, "text": "no saturation up to 8 users"}],
+         "recommendations": [{"change": "add ladder steps 16, 32", "flag": "--ladder", "because": "none",
+                              "verify": "rerun with the longer ladder"}],
+         "steps": [{"users": u, "valid": True, "invalid_reason": ""} for u in (1, 2, 4)]
+         + [{"users": 8, "valid": False, "invalid_reason": "too short: 3 completions"}]},
+    )  # fmt: skip
+
+    page = write_index(tmp_path, [("a", folder, [])], None).read_text()
+
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "None" not in text and "nan" not in text.split()
+    first = text.index("Bottleneck: ")
+    assert text[first:].startswith("Bottleneck: none"), text[first : first + 40]
+    assert text.index("Round a: ladder") < text.index("Round a: single-request baseline")
+    # a verdict with no critical value names the highest step, never None
+    assert "critical concurrency not reached up to 8 users" in text
+    assert "8 users: too short: 3 completions" in text  # the step the verdict could not use
+    assert "verify: rerun with the longer ladder" in text
+    assert "10 requests, one at a time: TTFT p50 24.0 ms, TPOT p50 21.0 ms" in text
+
+
+def test_an_unknown_kind_is_shown_as_it_is(tmp_path):
+    folder = tmp_path / "round-a"
+    _verdict(
+        folder / "ladder" / "report",
+        {"schema": 1, "critical_concurrency": 4, "bottleneck": "undetermined", "secondary": [],
+         "evidence": [{"rule": "undetermined", "kind": "undetermined", "holds": True,
+                       "text": "kv_cache or compute: measure the KV usage"}],
+         "recommendations": [], "steps": [{"users": 4, "valid": True, "invalid_reason": ""}]},
+    )  # fmt: skip
+    text = re.sub(r"<[^>]+>", "", write_index(tmp_path, [("a", folder, [])], None).read_text())
+    assert "Bottleneck: undetermined" in text
+    assert "Why: kv_cache or compute: measure the KV usage" in text
