@@ -40,7 +40,10 @@ def contract_problems(verdict: dict) -> list[str]:
         problems.append(f"client primary beside server kinds {verdict['secondary']}")
     named = primary["values"].get("users")
     critical = verdict["critical_concurrency"]
-    if critical is not None and named is not None and kind in SERVER_KINDS and named <= critical:
+    # (failures: their evidence names the first step where they were significant, which can lie
+    # below a saturation further up when they were sprinkled; tested on its own in test_verdict_rules)
+    ceiling_kinds = SERVER_KINDS - {"timeouts", "rejections"}
+    if critical is not None and named is not None and kind in ceiling_kinds and named <= critical:
         problems.append(
             f"critical concurrency {critical} at or past the step its {kind} evidence names ({named} users): "
             f"{primary['text']}"

@@ -228,10 +228,14 @@ def diagnose(
         # the failures' own evidence names the first step where they became significant: the run
         # stopped scaling there, not at the later step they came to dominate (nginx limit_conn 4:
         # 50 % failed at 8 users, 75 % at 16; the critical concurrency is 4, not 8)
+        # (unless throughput still rose past that step: failures sprinkled below the saturation)
         named = ev[KIND_RULES[primary]].values.get(axis.value_key)
         if ev[KIND_RULES[primary]].holds and named is not None and np.isfinite(named) and named < saturated:
             at = ordered[ordered[axis.column] == named].head(1)
-            if len(at):
+            tps_at = usable.loc[usable[axis.column] == named, "output_tps"]
+            later = usable.loc[usable[axis.column] > named, "output_tps"]
+            rose = bool(len(tps_at) and len(later) and later.max() > rules.min_gain_per_doubling * tps_at.iloc[0])
+            if len(at) and not rose:
                 critical = replace(
                     critical,
                     users=before(float(named)),

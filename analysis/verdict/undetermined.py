@@ -54,7 +54,7 @@ def service_s(row: pd.Series) -> float:
     steady state. The queue wait is left out: past saturation it grows with the queue (without
     bound in an open loop), and says nothing about how fast the batch turns over.
 
-    >>> service_s(pd.Series({"e2e_p50_ms": 7216.0, "ttft_p50_ms": 5452.0}))
+    >>> round(service_s(pd.Series({"e2e_p50_ms": 7216.0, "ttft_p50_ms": 5452.0})), 3)
     1.764
     """
     e2e_s = float(row.get("e2e_p50_ms", np.nan)) / 1000.0

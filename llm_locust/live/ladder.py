@@ -11,12 +11,14 @@ the steps run so far.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 
 from analysis.loadaxis import RATE, LoadAxis, load_axis
 from analysis.server.config import ServerConfig
 from analysis.steps import step_table, step_windows
-from analysis.verdict import ClientSide, ServerSide, Verdict, diagnose
+from analysis.verdict import RULES, ClientSide, ServerSide, Verdict, diagnose
 from analysis.verdict.knee import CriticalConcurrency
 from llm_locust.jsonsafe import json_safe
 
@@ -50,6 +52,9 @@ RATE_STEP_COLUMNS: tuple[str, ...] = (
 )
 """Columns a request-rate run's finished steps add (:data:`analysis.rate.RATE_COLUMNS`): the
 requested and the achieved rate, the send lag, the sends never made, TTFT from the schedule."""
+
+LIVE_RULES = replace(RULES, min_window_e2e=0.0, min_completions=0)
+"""The verdict's rules in the live tab: every rule but the steps-too-short judgement."""
 
 
 def step_columns(rows: list[dict]) -> list[str]:
@@ -126,7 +131,9 @@ def analyze_finished(
         Seconds left out at the start of each step.
     """
     table = step_table(requests, step_windows(steps, warmup_s), server if not server.empty else None)
-    verdict = diagnose(table, ServerSide(), ServerConfig(), ClientSide())
+    # the tab shows the reading so far, step by step: whether the steps were long enough to
+    # decide is the report's judgement (rule steps_too_short), made once the ladder is done
+    verdict = diagnose(table, ServerSide(), ServerConfig(), ClientSide(), rules=LIVE_RULES)
     return verdict.table, verdict.critical, verdict
 
 
