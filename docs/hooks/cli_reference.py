@@ -14,8 +14,19 @@ from typing import Any
 
 def locust_parser() -> argparse.ArgumentParser:
     """Locust's own argument parser with llm-locust's options added, as ``llm-locust run`` parses them."""
-    os.environ.setdefault("LOCUST_SKIP_MONKEY_PATCH", "1")
-    from locust.argument_parser import get_parser
+    # no gevent patching in this process, and none left for the processes it starts afterwards:
+    # the variable, left set in a test process, reached every Locust worker the later tests
+    # started (unpatched, they blocked and lost their heartbeats)
+    skip = "LOCUST_SKIP_MONKEY_PATCH"
+    previous = os.environ.get(skip)
+    os.environ[skip] = "1"
+    try:
+        from locust.argument_parser import get_parser
+    finally:
+        if previous is None:
+            os.environ.pop(skip, None)
+        else:
+            os.environ[skip] = previous
 
     from llm_locust.options import add_options
 
@@ -27,8 +38,15 @@ def locust_parser() -> argparse.ArgumentParser:
 
 
 def _help(parser: argparse.ArgumentParser) -> str:
-    os.environ["COLUMNS"] = "100"
-    return parser.format_help()
+    previous = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"  # the help's width on the page, for this call only
+    try:
+        return parser.format_help()
+    finally:
+        if previous is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = previous
 
 
 def cli_markdown() -> str:

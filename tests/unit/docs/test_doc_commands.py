@@ -173,3 +173,14 @@ def test_the_cli_reference_lists_every_option():
         for flag in known_flags(command, shown_only=True):
             if flag.startswith("--") and command != "diagnose":  # diagnose's pass-on flags: under run
                 assert flag in page, (command, flag)
+
+
+def test_building_the_reference_leaves_the_environment_as_it_was(monkeypatch):
+    # LOCUST_SKIP_MONKEY_PATCH left set by this module reached every Locust worker the later
+    # end-to-end tests started: unpatched, they blocked and lost their heartbeats (79 failures)
+    monkeypatch.delenv("LOCUST_SKIP_MONKEY_PATCH", raising=False)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    cli_markdown()
+    locust_parser()
+    assert "LOCUST_SKIP_MONKEY_PATCH" not in __import__("os").environ
+    assert "COLUMNS" not in __import__("os").environ
