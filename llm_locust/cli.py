@@ -18,10 +18,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from llm_locust.clihelp import HelpFormatter, Parser, add_deprecated_alias, add_passthrough_help
 from llm_locust.run.postrun import finish_run, preload_post_run
 from llm_locust.run.preflight import LOCUSTFILES, default_run_dir, preflight_or_exit, run_dir_problem
 
-__all__ = ["RUN_EPILOG", "SHAPE_LOCUSTFILES", "SUBCOMMANDS", "build_parser", "check_run", "main"]
+__all__ = ["SHAPE_LOCUSTFILES", "SUBCOMMANDS", "build_parser", "check_run", "main"]
 
 SHAPE_LOCUSTFILES = {"ladder": "ladder.py", "baseline": "baseline.py", "rate": "rate.py", "none": "chat_stream.py"}
 
@@ -43,24 +44,26 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-RUN_EPILOG = """\
-Every other flag goes to Locust and llm-locust's options, among them:
-  --host URL                  the server, without /v1 (required), e.g. http://127.0.0.1:8000
-  --model NAME                model to request (default: the first of GET /v1/models)
-  --ladder 1,2,4,8            concurrency ladder (--shape ladder)
-  --dwell-s S                 seconds each ladder step is held (default 20)
-  --warmup-s S                seconds at the start of each step left out of the analysis (default 5)
-  --max-tokens N              max_tokens per request (default 64)
-  --rate R | --rates 1,2,4,8  requests/s on a fixed schedule (--shape rate), each held --dwell-s
-  --arrival constant|poisson  spacing of the sends (--burstiness K: gamma shape, 1 = Poisson)
-  --max-users N               rate runs: users that send the schedule (default 100)
-  --baseline-requests N       requests for --shape baseline (default 10)
-  --server-log PATH           follow the server's log file during the run
-  --server-log-cmd "CMD"      or a command's output, e.g. "kubectl logs -f deploy/vllm"
-  --server-metrics-url URL    another Prometheus endpoint to scrape (repeatable)
-  --web                       watch it live in Locust's web UI (LLM tab)
-All of them: .venv/bin/locust -f locustfiles/ladder.py --help
-"""
+RUN_OWN_FLAGS_NOTE = """\
+llm-locust run starts a Locust master and workers; every flag not listed above goes to them:
+  -H URL, --host URL    the server, without /v1 (required), e.g. http://127.0.0.1:8000
+  -u N, -r N, -t TIME   users, spawn rate and run time with --shape none (Locust's own)
+and llm-locust's options below (the same flags as `locust -f locustfiles/ladder.py`)."""
+
+RUN_FOOTER = """\
+Locust's own options (-u, -r, -t, --csv, --tags, --exit-code-on-error, ...) pass through too:
+  llm-locust run --help-locust        lists them all, with the llm-locust options above"""
+
+
+class HelpLocust(argparse.Action):
+    """``--help-locust``: print Locust's own parser's help (llm-locust's options added) and exit."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(locust_parser().format_help())
+        parser.exit()
 
 
 def _add_fail_on(parser: argparse.ArgumentParser) -> None:
@@ -76,16 +79,19 @@ def _add_fail_on(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = RUN_EPILOG
+    add_passthrough_help(parser, intro=RUN_OWN_FLAGS_NOTE, footer=RUN_FOOTER)
+    parser.add_argument(
+        "--help-locust", action=HelpLocust, help="Show every flag Locust takes (its own and llm-locust's) and exit"
+    )
     parser.add_argument(
         "--workers",
         type=non_negative_int,
         default=2,
+        metavar="N",
         help="Local Locust worker processes (default 2; 0 with --remote-workers)",
     )
     parser.add_argument(
-        "--remote-workers", type=non_negative_int, default=0,
+        "--remote-workers", type=non_negative_int, default=0, metavar="N",
         help="Also wait for N workers started elsewhere (other machines, Kubernetes pods: locust -f … --worker "
              "--master-host THIS --master-port PORT); the master then listens on every interface at --master-port",
     )  # fmt: skip
@@ -99,21 +105,22 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("-f", "--locustfile", default=None, help="Your own locustfile instead of the shape's")
     parser.add_argument(
-        "--run-dir",
         "--out",
         dest="run_dir",
         type=Path,
         default=None,
-        help="Run directory (default runs/run-<time>); must not hold a run already (--out: the same, as "
-        "diagnose and compare call it)",
+        metavar="DIR",
+        help="Output folder: the run directory (default runs/run-<time>); must not hold a run already",
     )
+    add_deprecated_alias(parser, "--run-dir", "--out", dest="run_dir", type=Path)
     parser.add_argument("--no-analyze", action="store_true", help="Do not analyse the run directory afterwards")
     _add_fail_on(parser)
     parser.add_argument(
         "--timeout-s",
         type=positive_float,
         default=3600.0,
-        help="Upper bound on the run's duration; past it the run is stopped and its data kept",
+        metavar="S",
+        help="Upper bound on the run's duration, s; past it the run is stopped and its data kept",
     )
     parser.add_argument(
         "--web", action="store_true",
@@ -128,12 +135,11 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_locust_args(locust_args: list[str], *, strict: bool = True):
-    """Parse the pass-through flags with Locust's own parser (llm-locust's options added), as
-    the master will: argparse errors (unknown flag, bad value) exit 2 here, before anything starts.
-    ``strict=False`` (a user's own locustfile, which may add flags of its own) ignores unknown flags.
+def locust_parser():
+    """Locust's own parser with llm-locust's options added, as the master parses its flags.
 
-    Only Locust's parser module is imported (without gevent's patching), not
+    Only Locust's parser module is imported (without gevent's patching, and the variable that
+    skips it restored afterwards: left set, it reached every Locust process started later), not
     :mod:`llm_locust.plugin`: the options are added with :func:`llm_locust.options.add_options`
     directly, unless the plugin (imported earlier in this process) already added them through
     ``init_command_line_parser``. The plugin's import pulls in the master's and the workers' code
@@ -157,6 +163,14 @@ def parse_locust_args(locust_args: list[str], *, strict: bool = True):
     if parser.get_default("ladder") is None:  # not added by an imported llm_locust.plugin
         add_options(parser)
     parser.prog = "llm-locust run"
+    return parser
+
+
+def parse_locust_args(locust_args: list[str], *, strict: bool = True):
+    """Parse the pass-through flags with :func:`locust_parser`, as the master will: argparse
+    errors (unknown flag, bad value) exit 2 here, before anything starts. ``strict=False`` (a
+    user's own locustfile, which may add flags of its own) ignores unknown flags."""
+    parser = locust_parser()
     if strict:
         return parser.parse_args(locust_args)
     return parser.parse_known_args(locust_args)[0]
@@ -336,16 +350,46 @@ def _add_sim_server(parser: argparse.ArgumentParser) -> None:
 
 
 SUBCOMMANDS = {
-    "run": ("Locust master + workers against a server; other flags go to Locust", _add_run_arguments),
-    "analyze": ("Analyse a run directory", _add_analyze),
-    "compare": ("Rounds side by side: round table and attribution", _add_compare),
-    "diagnose": ("Baseline, config check, ladder, verdict (and an A/B) in one command", _add_diagnose),
-    "demo": ("Embedded server + ladder + analysis, end to end", _add_demo),
-    "sim-server": ("The embedded continuous-batching server", _add_sim_server),
+    "run": (
+        "One load run against your server (a concurrency ladder by default), then its analysis",
+        _add_run_arguments,
+    ),
+    "analyze": ("Analyse a run directory (again): step table, verdict, report/", _add_analyze),
+    "compare": ("Rounds side by side (an A/B of one server change): round table and attribution", _add_compare),
+    "diagnose": (
+        "The playbook against your server: baseline, config check, ladder, verdict (and an A/B)",
+        _add_diagnose,
+    ),
+    "demo": ("The whole job against an embedded server, end to end", _add_demo),
+    "sim-server": ("Start the embedded server (a model of continuous batching) on its own", _add_sim_server),
 }
 """Subcommand -> (help line, function adding its arguments). Each function imports its module
 only when called, so a subcommand's parser costs only its own imports: ``run`` never imports
 pandas, matplotlib or aiohttp just to read its flags (they took seconds of its start-up)."""
+
+
+TOP_DESCRIPTION = """\
+Load-test an LLM inference server (vLLM, TGI, SGLang, llama.cpp, your own), find the concurrency
+where it stops scaling (the critical concurrency) and name the bottleneck, with the evidence."""
+
+TOP_EPILOG = """\
+start here:
+  llm-locust demo                                   the whole job against an embedded server (~2 min)
+  llm-locust diagnose --host http://127.0.0.1:8000  your server: baseline, config check, ladder, verdict
+  llm-locust run --host http://127.0.0.1:8000 --ladder 1,2,4,8   one ladder run, analysed
+  llm-locust compare runs/a runs/b                  two rounds side by side (an A/B of one change)
+
+Each command's options: llm-locust COMMAND --help. Docs: the docs/ folder (mkdocs site)."""
+
+
+def package_version() -> str:
+    """The installed distribution's version (``importlib.metadata``), or ``unknown``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llm-locust")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -357,11 +401,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         A key of :data:`SUBCOMMANDS`: build just that subcommand's parser (same ``prog``, same
         messages); None builds them all (``llm-locust --help``, a misspelt subcommand).
     """
-    parser = argparse.ArgumentParser(prog="llm-locust", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="llm-locust", description=TOP_DESCRIPTION, epilog=TOP_EPILOG, formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     for name, (help_text, add_arguments) in SUBCOMMANDS.items():
         if only is None or name == only:
-            command = sub.add_parser(name, help=help_text)
+            command = sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter)
             add_arguments(command)
             command.set_defaults(_command_parser=command)  # its own usage line for its errors (main)
     return parser

@@ -343,6 +343,10 @@ def bind_web_ui_to_loopback(parser) -> None:
     parser.set_defaults(web_host=WEB_HOST_DEFAULT)
 
 
+MAX_USERS_DEFAULT = 64
+"""``--max-users`` of every command: a rate run's pool of users, ``diagnose``'s ladder bound."""
+
+
 def add_rate_options(group) -> None:
     """The request-rate (open-loop) shape's options (:class:`~llm_locust.master.rateshape.RateShape`)."""
     group.add_argument(
@@ -363,7 +367,7 @@ def add_rate_options(group) -> None:
              "as vLLM's benchmark --burstiness)",
     )  # fmt: skip
     group.add_argument(
-        "--max-users", type=positive_int, default=100, metavar="N",
+        "--max-users", type=positive_int, default=MAX_USERS_DEFAULT, metavar="N",
         help="Rate runs: users over all workers that send the schedule (one request each at a time); "
              "a send due when none is free leaves late, its lag recorded",
     )  # fmt: skip

@@ -2,7 +2,7 @@
 
 ``llm-locust``'s parsers come from :func:`llm_locust.cli.build_parser`; ``run``'s pass-through flags
 (Locust's and llm-locust's own) from Locust's parser with the plugin's options,
-:func:`docs.hooks.cli_reference.locust_parser`. Nothing is listed by hand, so the page cannot drift.
+:func:`llm_locust.cli.locust_parser`. Nothing is listed by hand, so the page cannot drift.
 """
 
 from __future__ import annotations
@@ -11,30 +11,9 @@ import argparse
 import os
 from typing import Any
 
+from llm_locust.cli import locust_parser  # Locust's parser with llm-locust's options, as run parses
 
-def locust_parser() -> argparse.ArgumentParser:
-    """Locust's own argument parser with llm-locust's options added, as ``llm-locust run`` parses them."""
-    # no gevent patching in this process, and none left for the processes it starts afterwards:
-    # the variable, left set in a test process, reached every Locust worker the later tests
-    # started (unpatched, they blocked and lost their heartbeats)
-    skip = "LOCUST_SKIP_MONKEY_PATCH"
-    previous = os.environ.get(skip)
-    os.environ[skip] = "1"
-    try:
-        from locust.argument_parser import get_parser
-    finally:
-        if previous is None:
-            os.environ.pop(skip, None)
-        else:
-            os.environ[skip] = previous
-
-    from llm_locust.options import add_options
-
-    parser = get_parser()
-    if parser.get_default("ladder") is None:
-        add_options(parser)
-    parser.prog = "llm-locust run"
-    return parser
+__all__ = ["cli_markdown", "locust_parser", "on_page_read_source"]
 
 
 def _help(parser: argparse.ArgumentParser) -> str:

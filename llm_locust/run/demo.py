@@ -26,7 +26,13 @@ DEMO_OVERHEAD_S = 15.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--run-dir", type=Path, default=None, help="Run directory (default runs/demo-<time>)")
+    from llm_locust.clihelp import add_deprecated_alias
+
+    parser.add_argument(
+        "--out", dest="run_dir", type=Path, default=None, metavar="DIR",
+        help="Output folder: the run directory (default runs/demo-<time>)",
+    )  # fmt: skip
+    add_deprecated_alias(parser, "--run-dir", "--out", dest="run_dir", type=Path)
     parser.add_argument("--max-num-seqs", type=int, default=8, help="Batch ceiling of the embedded server")
     parser.add_argument("--ladder", default="1,2,4,8,16,32", help="Concurrency ladder")
     parser.add_argument("--dwell-s", type=float, default=20.0, help="Seconds per ladder step")
@@ -51,7 +57,7 @@ def start_sim_server(*, port: int, max_num_seqs: int, log_path: Path, extra: lis
         The server exited, or did not answer 200 within 30 s (it is stopped first).
     """
     process = subprocess.Popen(
-        [sys.executable, "-m", "llm_locust.simserver", "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "llm_locust.simserver", "--listen", "127.0.0.1", "--port", str(port),
          "--max-num-seqs", str(max_num_seqs), "--model-name", SIM_MODEL, "--stats-log", str(log_path), *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
     )  # fmt: skip

@@ -29,16 +29,27 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llm_locust.options import parse_ladder, parse_rates, positive_float, positive_int
+from llm_locust.options import MAX_USERS_DEFAULT, parse_ladder, parse_rates, positive_float, positive_int
 
+REPORT_PAGE = Path("report") / "index.html"
+"""The one page of a diagnosis to open, under ``--out`` (:func:`analysis.compare.html.write_index`)."""
 ATTEMPT_OVERHEAD_S = 30.0
 """Start-up, drain and analysis of one Locust run beyond its steps, s (for the time budget)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``diagnose`` flags; any other flag goes to Locust unchanged (as with ``run``)."""
-    parser.add_argument("--host", required=True, help="The server, without /v1 (round a)")
-    parser.add_argument("--host-b", default=None, help="A second server to compare with (round b)")
+    """``diagnose`` flags; any other flag goes to Locust unchanged (as with ``run``), and its help
+    lists those (llm-locust's options) after its own."""
+    from llm_locust.clihelp import add_passthrough_help
+
+    add_passthrough_help(
+        parser,
+        intro="Every other flag goes to each round's Locust runs (baseline and ladder), among them:",
+        footer="Locust's own options pass through too: llm-locust run --help-locust lists them all.",
+        exclude={"--run-dir", "--rate", "--records-window"},
+    )
+    parser.add_argument("--host", required=True, metavar="URL", help="The server, without /v1 (round a)")
+    parser.add_argument("--host-b", default=None, metavar="URL", help="A second server to compare with (round b)")
     parser.add_argument(
         "--compare-to",
         type=Path,
@@ -46,21 +57,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ROUND",
         help="An earlier round (run directory or round folder) to compare with; it is the baseline round",
     )
-    parser.add_argument("--model", default="", help="Model of round a (default: the server's first)")
-    parser.add_argument("--model-b", default=None, help="Model of round b (default: --model)")
+    parser.add_argument("--model", default="", metavar="NAME", help="Model of round a (default: the server's first)")
+    parser.add_argument("--model-b", default=None, metavar="NAME", help="Model of round b (default: --model)")
     parser.add_argument(
         "--label", action="append", default=[], metavar="KEY=VALUE", help="Label of round a (repeatable)"
     )
     parser.add_argument(
         "--label-b", action="append", default=[], metavar="KEY=VALUE", help="Label of round b (repeatable)"
     )
-    parser.add_argument("--server-log", default=None, help="Server log of round a to follow")
-    parser.add_argument("--server-log-b", default=None, help="Server log of round b to follow")
-    parser.add_argument("--out", type=Path, default=None, help="Output folder (default runs/diagnose-<time>)")
+    parser.add_argument("--server-log", default=None, metavar="PATH", help="Server log of round a to follow")
+    parser.add_argument("--server-log-b", default=None, metavar="PATH", help="Server log of round b to follow")
     parser.add_argument(
-        "--baseline-requests", type=positive_int, default=10, help="Single-request repeats (default 10)"
+        "--out", type=Path, default=None, metavar="DIR", help="Output folder (default runs/diagnose-<time>)"
     )
-    parser.add_argument("--ladder", default=None, help="Starting ladder, users (default 1,2,4,8)")
+    parser.add_argument(
+        "--baseline-requests", type=positive_int, default=10, metavar="N", help="Single-request repeats (default 10)"
+    )
+    parser.add_argument("--ladder", default=None, metavar="U1,U2,...", help="Starting ladder, users (default 1,2,4,8)")
     parser.add_argument(
         "--rates",
         default=None,
@@ -70,25 +83,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-users",
         type=positive_int,
-        default=64,
-        help="Never extend the ladder past this; with --rates: the users that send the schedule (default 64)",
+        default=MAX_USERS_DEFAULT,
+        metavar="N",
+        help="Never extend the ladder past this; with --rates: the users that send the schedule "
+        f"(default {MAX_USERS_DEFAULT}, as run's)",
     )
     parser.add_argument(
         "--max-rate",
         type=positive_float,
         default=64.0,
+        metavar="R",
         help="With --rates: never extend the rate ladder past this, requests/s (default 64)",
     )
     parser.add_argument(
         "--time-budget-s",
         type=positive_float,
         default=1800.0,
+        metavar="S",
         help="No ladder extension that would end past this many seconds after the start (default 1800)",
     )
-    parser.add_argument("--dwell-s", type=positive_float, default=20.0, help="Seconds per ladder step (default 20)")
-    parser.add_argument("--warmup-s", type=float, default=5.0, help="Warm-up left out of each step (default 5)")
-    parser.add_argument("--max-tokens", type=positive_int, default=64, help="max_tokens per request (default 64)")
-    parser.add_argument("--workers", type=positive_int, default=2, help="Locust workers for the ladder (default 2)")
+    parser.add_argument(
+        "--dwell-s", type=positive_float, default=20.0, metavar="S", help="Seconds per ladder step (default 20)"
+    )
+    parser.add_argument(
+        "--warmup-s", type=float, default=5.0, metavar="S", help="Warm-up left out of each step (default 5)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=positive_int, default=64, metavar="N", help="max_tokens per request (default 64)"
+    )
+    parser.add_argument(
+        "--workers", type=positive_int, default=2, metavar="N", help="Locust workers for the ladder (default 2)"
+    )
     from analysis.cli import add_fail_on_argument
 
     add_fail_on_argument(parser)
@@ -413,7 +438,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         if host:
             preflight_or_exit(host, model=model, api_key=api_key, prog="llm-locust diagnose", model_required=False)
     out.mkdir(parents=True, exist_ok=True)
-    print(f"output: {out}")
+    print(f"output: {out}\nopen this page when it ends: {out / REPORT_PAGE}")
     started = time.monotonic()
     rounds: list[RoundRun] = []
     with SigtermAsInterrupt() as signals:
@@ -463,7 +488,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     index = write_index(
         out, [(r.name, r.folder, r.notes) for r in rounds], comparison, compare_to=args.compare_to, problem=problem
     )
-    print(f"\nreport: {index}")
+    print(f"\nreport (open this page first): {index}")
     if any(r.failed for r in rounds):
         return 1
     if problem:

@@ -199,7 +199,7 @@ def _bool(text: str) -> bool:
 
 # (flag, type, help) in the order they appear in --help; the field is the flag without "--".
 _FLAGS: tuple[tuple[str, type, str], ...] = (
-    ("--host", str, "address to listen on"),
+    ("--listen", str, "address to listen on"),
     ("--port", int, "TCP port; 0 picks a free one (printed at startup)"),
     ("--model-name", str, "served model name"),
     ("--max-model-len", int, "context window, tokens (prompt + max_tokens must fit)"),
@@ -282,6 +282,10 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
 )
 
 
+_FIELD_OF_FLAG = {"--listen": "host"}
+"""Flags whose :class:`SimConfig` field has another name (the listen address is ``host``)."""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the simulated server's options to ``parser``.
 
@@ -291,10 +295,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         Parser (or sub-parser) of ``llm-locust sim-server``; each flag's ``dest`` is the
         :class:`SimConfig` field of the same name.
     """
+    from llm_locust.clihelp import add_deprecated_alias
+
     for flag, kind, help_text in _FLAGS:
-        field = flag[2:].replace("-", "_")
+        field = _FIELD_OF_FLAG.get(flag, flag[2:].replace("-", "_"))
         default = getattr(_DEFAULTS, field)
-        parser.add_argument(flag, type=kind, default=default, dest=field, help=f"{help_text} (default: {default})")
+        metavar = "ADDRESS" if flag == "--listen" else None
+        parser.add_argument(
+            flag, type=kind, default=default, dest=field, metavar=metavar, help=f"{help_text} (default: {default})"
+        )
+    add_deprecated_alias(parser, "--host", "--listen", dest="host")  # its name before --listen
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:

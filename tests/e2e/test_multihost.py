@@ -131,7 +131,7 @@ def _multihost_run(kind: str, prefix: str, tmp: Path) -> tuple:
         server_log = open(tmp / "server.out", "w")
         logs.append(server_log)
         processes.append(net.popen("server", [
-            sys.executable, "-m", "llm_locust.simserver", "--host", server_ip, "--port", str(PORT),
+            sys.executable, "-m", "llm_locust.simserver", "--listen", server_ip, "--port", str(PORT),
             "--max-num-seqs", str(MAX_NUM_SEQS), "--model-name", "sim-llama", "--stats-log", str(tmp / "engine.log"),
         ], stdout=server_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))  # fmt: skip
         _wait_healthy(net, f"http://{server_ip}:{PORT}/health")

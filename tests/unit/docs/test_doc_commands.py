@@ -184,3 +184,23 @@ def test_building_the_reference_leaves_the_environment_as_it_was(monkeypatch):
     locust_parser()
     assert "LOCUST_SKIP_MONKEY_PATCH" not in __import__("os").environ
     assert "COLUMNS" not in __import__("os").environ
+
+
+def deprecated_flags(command: str) -> set[str]:
+    """The hidden, deprecated spellings ``llm-locust <command>`` still accepts (``--run-dir``)."""
+    from llm_locust.clihelp import DeprecatedAlias
+
+    parser = build_parser(command)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {o for a in sub.choices[command]._actions if isinstance(a, DeprecatedAlias) for o in a.option_strings}
+
+
+def test_the_pages_use_no_deprecated_spelling():
+    old = [
+        (where, flag)
+        for where, text in [*CASES, *MENTIONS]
+        for flag in deprecated_flags(text.split()[0])
+        if flag in _words(text)
+    ]
+    assert not old, old
+    assert deprecated_flags("run") == {"--run-dir"} and deprecated_flags("sim-server") == {"--host"}

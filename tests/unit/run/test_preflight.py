@@ -36,7 +36,7 @@ def test_junk_models_answer_without_model_is_refused_before_any_load(scripted_se
     url, server = scripted_server(json_answer(body))
     run_dir = tmp_path / "run"
     with pytest.raises(SystemExit) as exited:
-        main(["run", "--host", url, "--run-dir", str(run_dir)])
+        main(["run", "--host", url, "--out", str(run_dir)])
     stop(server)
     assert exited.value.code == 2
     err = capsys.readouterr().err.strip()
@@ -76,7 +76,7 @@ def test_host_without_scheme_is_refused_before_any_connection(scripted_server, t
     url, server = scripted_server(json_answer('{"data": [{"id": "m"}]}'))
     bare = url.removeprefix("http://")
     with pytest.raises(SystemExit) as exited:
-        main(["run", "--host", bare, "--run-dir", str(tmp_path / "run")])
+        main(["run", "--host", bare, "--out", str(tmp_path / "run")])
     stop(server)
     assert exited.value.code == 2
     err = capsys.readouterr().err.strip()

@@ -23,7 +23,7 @@ def test_refused_before_any_request(scripted_server, tmp_path, capsys, flag):
     url, process = scripted_server(sse_script([(0.0, "data: [DONE]\n\n")]))
 
     with pytest.raises(SystemExit) as info:
-        main(["run", "--host", url, "--model", "m", flag, str(path), "--run-dir", str(tmp_path / "run")])
+        main(["run", "--host", url, "--model", "m", flag, str(path), "--out", str(tmp_path / "run")])
     stop(process)
 
     assert info.value.code == 2
@@ -60,7 +60,7 @@ def test_out_of_range_or_missing_values_refused_before_any_request(
     url, process = scripted_server(sse_script([(0.0, "data: [DONE]\n\n")]))
 
     with pytest.raises(SystemExit) as info:
-        main(["run", "--host", url, "--model", "m", *args, "--run-dir", str(tmp_path / "run")])
+        main(["run", "--host", url, "--model", "m", *args, "--out", str(tmp_path / "run")])
     stop(process)
 
     assert info.value.code == 2
