@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from analysis.chunks import multi_token_line
 from analysis.inputs import input_lines
 from analysis.outcome import RunOutcome, error_lines
 from analysis.report.pipeline import ReportWriteError, analyze_run, config_line, critical_line, format_table
@@ -150,6 +151,8 @@ def print_result(result) -> None:
         print(line)
     for line in input_lines(result.table)[2:-1]:  # without the heading and the blank line
         print("Inputs: " + line[2:].replace("**", ""))
+    if multi_token_line(result.table):
+        print(multi_token_line(result.table))
     paths = result.paths
     if paths is None:  # not written (ReportWriteError)
         return

@@ -19,6 +19,7 @@ import pandas as pd
 
 from analysis.atomicwrite import write_text_atomic
 from analysis.baseline import Baseline, baseline_medians
+from analysis.chunks import CHUNK_COLUMNS, chunk_table
 from analysis.faults import outage_spells, step_faults
 from analysis.goodput import GOODPUT_COLUMNS, Slo, goodput_knee, goodput_table, parse_slo
 from analysis.inputs import input_columns, input_lines
@@ -28,7 +29,7 @@ from analysis.outcome import RunOutcome, error_examples, error_lines, judge_outc
 from analysis.report.figures import FigureJob, save_figures
 from analysis.report.html import write_run_index
 from analysis.report.plots import plot_errors, plot_latency, plot_throughput, plot_timeline
-from analysis.report.sections import goodput_markdown, server_timings_markdown
+from analysis.report.sections import chunks_markdown, goodput_markdown, server_timings_markdown
 from analysis.report.verdict import verdict_markdown
 from analysis.report.workers import workers_markdown
 from analysis.rundir import LAZY_REQUEST_COLUMNS, Run, load_run
@@ -236,7 +237,8 @@ def analyze(
     """Compute the step table, server series, critical concurrency and config check (no I/O),
     and check the ``fail_on`` thresholds (:mod:`analysis.thresholds`) on the result.
 
-    The table also gets the server-side TTFT split (:data:`analysis.servertime.SPLIT_COLUMNS`)
+    The table also gets the server-side TTFT split (:data:`analysis.servertime.SPLIT_COLUMNS`),
+    the tokens per chunk and ITL per token and per chunk (:data:`analysis.chunks.CHUNK_COLUMNS`)
     and, with service-level objectives (``slo``, else run.json's ``slo``), goodput
     (:data:`analysis.goodput.GOODPUT_COLUMNS`) and the knee by goodput.
 
@@ -312,6 +314,9 @@ def analyze(
     split = ttft_split_table(run.requests, windows)
     for column in SPLIT_COLUMNS:
         table[column] = split[column].to_numpy("float64")
+    chunked = chunk_table(run.requests, windows, run.run_dir / REQUESTS_CSV)
+    for column in CHUNK_COLUMNS:
+        table[column] = chunked[column].to_numpy("float64")
     goodput_knee_users = None
     if slos:
         goodput = goodput_table(run.requests, windows, slos)
@@ -828,6 +833,7 @@ def summary_markdown(result: AnalysisResult) -> str:
     if result.outcome is RunOutcome.MEASURED:
         lines += goodput_markdown(result.table, result.slos, result.goodput_knee_users, crit.users)
         lines += server_timings_markdown(result.table)
+        lines += chunks_markdown(result.table)
     figures = ["throughput", "latency"] if result.vs_concurrency else []
     lines += [
         *workers_markdown(result.run),

@@ -1,10 +1,12 @@
-"""``summary.md`` sections and printed lines for goodput (:mod:`analysis.goodput`) and the
-server-side TTFT split (:mod:`analysis.servertime`), from the step table's columns."""
+"""``summary.md`` sections and printed lines for goodput (:mod:`analysis.goodput`), the
+server-side TTFT split (:mod:`analysis.servertime`) and multi-token chunks
+(:mod:`analysis.chunks`), from the step table's columns."""
 
 from __future__ import annotations
 
 import pandas as pd
 
+from analysis.chunks import multi_token_line
 from analysis.loadaxis import USERS, LoadAxis, fmt_number, load_axis
 
 
@@ -75,5 +77,37 @@ def server_timings_markdown(table: pd.DataFrame) -> list[str]:
             f"{_cell(row['ttft_timed_mean_ms'], '{:.1f}')} | {_cell(row['ttft_server_queue_ms'], '{:.1f}')} | "
             f"{_cell(row['ttft_server_prefill_ms'], '{:.1f}')} | {_cell(row['ttft_outside_ms'], '{:.1f}')} | "
             f"{_cell(row['e2e_outside_ms'], '{:.1f}')} |"
+        )
+    return [*lines, ""]
+
+
+def chunks_markdown(table: pd.DataFrame) -> list[str]:
+    """The ``## Tokens per chunk`` section, when the chunks carried several tokens
+    (:func:`analysis.chunks.multi_token_line`): per step tokens per chunk, ITL per token and
+    per chunk."""
+    flag = multi_token_line(table)
+    if not flag:
+        return []
+    axis = load_axis(table)
+    lines = [
+        "## Tokens per chunk",
+        "",
+        f"**{flag}.**",
+        "",
+        "Tokens per chunk: output tokens / token events of the requests completed in the window. "
+        "Per-token ITL divides each gap by the tokens its chunk carried (known per chunk when the "
+        "server says, e.g. vLLM's `--continuous-usage true`; else the first chunk counts one token "
+        "and the others share the rest evenly); inter-chunk latency is the raw gap "
+        "(`analysis/chunks.py`, `analysis/itl.py`).",
+        "",
+        f"| {axis.unit} | tokens/chunk | multi-token requests | ITL p50 ms | ITL p99 ms | chunk gap p50 ms | chunk gap p99 ms |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in table.to_dict("records"):
+        lines.append(
+            f"| {fmt_number(row[axis.column])} | {_cell(row['tokens_per_chunk_mean'], '{:.2f}')} | "
+            f"{_cell(row['multi_token_chunk_share'], '{:.0%}')} | {_cell(row['itl_p50_ms'], '{:.1f}')} | "
+            f"{_cell(row['itl_p99_ms'], '{:.1f}')} | {_cell(row['chunk_gap_p50_ms'], '{:.1f}')} | "
+            f"{_cell(row['chunk_gap_p99_ms'], '{:.1f}')} |"
         )
     return [*lines, ""]

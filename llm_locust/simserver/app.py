@@ -39,6 +39,7 @@ from llm_locust.simserver.openai_response import (
     ChunkBuilder,
     full_response,
     models_response,
+    usage_fields,
 )
 from llm_locust.simserver.text import TokenTextGenerator, response_id, stop_length
 
@@ -227,22 +228,32 @@ class SimServerApp:
         builder = ChunkBuilder(**builder_args)
         try:
             await response.prepare(request)
+            per_chunk = self._config.tokens_per_chunk
+            pending: list[str] = []
+            produced = 0
             while True:
                 output = await queue.get()
+                produced = output.token_index + 1
                 if output.token_index == 0 and parsed.kind is ApiKind.CHAT:
-                    await response.write(builder.role_chunk())
+                    await response.write(builder.role_chunk(self._running_usage(parsed, 0)))
+                pending.append(texts.next_token())
                 reason = None if output.finish_reason is None else output.finish_reason.value
+                if reason is None and len(pending) < per_chunk:
+                    continue  # held until the chunk is full (--tokens-per-chunk)
                 extra = self.final_fields(output.request_id) if reason is not None else None
-                await response.write(
-                    builder.token_chunk(texts.next_token(), reason, None if parsed.include_usage else extra)
-                )
+                fields = None if parsed.include_usage else extra
+                usage = self._running_usage(parsed, produced)
+                if usage is not None:
+                    fields = {**(fields or {}), "usage": usage}
+                await response.write(builder.token_chunk("".join(pending), reason, fields))
+                pending.clear()
                 if reason is not None:
                     break
             if parsed.include_usage:
                 await response.write(
                     builder.usage_chunk(
                         prompt_tokens=parsed.prompt_tokens,
-                        completion_tokens=output.token_index + 1,
+                        completion_tokens=produced,
                         extra=extra,
                     )
                 )
@@ -251,6 +262,13 @@ class SimServerApp:
         except ConnectionResetError:
             pass  # client gone: the caller aborts the request
         return response
+
+    @staticmethod
+    def _running_usage(parsed: ParsedRequest, completion_tokens: int) -> dict | None:
+        """A chunk's ``usage`` under ``continuous_usage_stats`` (the running totals), else None."""
+        if not parsed.continuous_usage:
+            return None
+        return usage_fields(parsed.prompt_tokens, completion_tokens)
 
     async def _collect(
         self,

@@ -89,6 +89,13 @@ class SimConfig:
         ``{"error": "timed out in queue"}`` and a ``timed out in queue`` log line).
     slowdown : float, default 1.0
         Multiplies every step time (a slower, e.g. quantized, variant of the same model).
+    tokens_per_chunk : int, default 1
+        Generated tokens written per SSE chunk: the stream holds each token until this many
+        are ready (or the request ends) and writes their texts in one chunk, as a server that
+        batches its flushes or decodes several tokens a step (speculative decoding, MTP) sends
+        them; the engine's steps and every token count are unchanged. With
+        ``stream_options.continuous_usage_stats`` each chunk's ``usage`` states the running
+        total, so the client knows each chunk's tokens.
     seed : int, default 0
         Seed of the generated text and of early-stop lengths.
     log_stats_interval_s : float, default 2.0
@@ -123,6 +130,7 @@ class SimConfig:
     batch_wait_ms: float = ENGINE_DEFAULTS["batch_wait_ms"]
     roofline: bool = ENGINE_DEFAULTS["roofline"]
     queue_timeout_ms: float = ENGINE_DEFAULTS["queue_timeout_ms"]
+    tokens_per_chunk: int = 1
     seed: int = 0
     log_stats_interval_s: float = 2.0
     stats_log: str | None = None
@@ -136,13 +144,13 @@ class SimConfig:
         ------
         ValueError
             When a count is below 1 (``max_model_len``, ``max_num_seqs``,
-            ``max_num_batched_tokens``), a time is negative, ``slowdown`` or
+            ``max_num_batched_tokens``, ``tokens_per_chunk``), a time is negative, ``slowdown`` or
             ``log_stats_interval_s`` is not positive, ``max_queue`` or ``effective_max_num_seqs``
             is negative, ``reject_status`` is not 429 or 503, ``batching`` is unknown, the port
             is out of 0..65535, or ``kv_capacity_tokens < max_model_len`` (one full-length
             request must fit, as vLLM demands at startup).
         """
-        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "tokens_per_chunk"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in (
@@ -268,6 +276,12 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
         float,
         "drop a request still queued this long after arriving, ms (generic flavour: "
         "504 'timed out in queue' and a log line); 0 = never",
+    ),
+    (
+        "--tokens-per-chunk",
+        int,
+        "generated tokens written per SSE chunk (a server batching its flushes, or decoding "
+        "several tokens a step: speculative decoding, MTP); engine timing unchanged",
     ),
     ("--seed", int, "seed of generated text and early-stop lengths"),
     ("--log-stats-interval-s", float, "interval of the vLLM V1 stats log line, s"),

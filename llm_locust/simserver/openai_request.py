@@ -92,6 +92,10 @@ class ParsedRequest:
         SSE streaming.
     include_usage : bool
         ``stream_options.include_usage``: send the usage chunk before ``[DONE]``.
+    continuous_usage : bool
+        ``stream_options.continuous_usage_stats`` with ``include_usage``: every chunk carries
+        ``usage`` with the running totals (vLLM ``should_include_usage``: it takes effect only
+        with ``include_usage``).
     ignore_eos : bool
         Run to ``max_tokens``. True when the field is absent (simulator default, unlike vLLM).
     """
@@ -102,6 +106,7 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     ignore_eos: bool
+    continuous_usage: bool = False
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -212,6 +217,9 @@ def parse_request(*, kind: ApiKind, raw_body: bytes, model_name: str, max_model_
     if stream_options is not None and not stream:
         raise _bad("Stream options can only be defined when `stream=True`.", "stream_options")
     include_usage = bool(isinstance(stream_options, dict) and stream_options.get("include_usage"))
+    continuous_usage = (
+        include_usage and isinstance(stream_options, dict) and bool(stream_options.get("continuous_usage_stats"))
+    )
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = body.get(key)
     if max_tokens is None:
@@ -238,4 +246,5 @@ def parse_request(*, kind: ApiKind, raw_body: bytes, model_name: str, max_model_
         stream=stream,
         include_usage=include_usage,
         ignore_eos=_optional_bool(body, "ignore_eos", True),
+        continuous_usage=continuous_usage,
     )

@@ -32,7 +32,12 @@ def sse_event(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage_fields(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """vLLM's ``UsageInfo`` as its stream chunks write it: prompt, total, completion tokens.
+
+    >>> usage_fields(5, 2)
+    {'prompt_tokens': 5, 'total_tokens': 7, 'completion_tokens': 2}
+    """
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
@@ -64,14 +69,17 @@ class ChunkBuilder:
             "model": model,
         }
 
-    def role_chunk(self) -> bytes:
-        """The chat stream's first event: role only, empty content (chat only)."""
+    def role_chunk(self, usage: dict | None = None) -> bytes:
+        """The chat stream's first event: role only, empty content (chat only); ``usage``
+        (:func:`usage_fields`, continuous usage stats) added when given."""
         choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-        return sse_event({**self._head, "choices": [choice], "prompt_token_ids": None, "prompt_text": None})
+        more = {"usage": usage} if usage is not None else {}
+        return sse_event({**self._head, "choices": [choice], "prompt_token_ids": None, "prompt_text": None, **more})
 
     def token_chunk(self, text: str, finish_reason: str | None, extra: dict | None = None) -> bytes:
-        """One token's event; ``finish_reason`` ("length"/"stop") on the last token only;
-        ``extra`` top-level fields (llama.cpp's ``timings``) added to it."""
+        """One token event (the text of one or several tokens); ``finish_reason``
+        ("length"/"stop") on the last one only; ``extra`` top-level fields (llama.cpp's
+        ``timings``, continuous usage stats' ``usage``) added to it."""
         if self._kind is ApiKind.CHAT:
             choice: dict[str, Any] = {
                 "index": 0,
@@ -101,7 +109,7 @@ class ChunkBuilder:
             {
                 **self._head,
                 "choices": [],
-                "usage": _usage(prompt_tokens, completion_tokens),
+                "usage": usage_fields(prompt_tokens, completion_tokens),
                 "system_fingerprint": SYSTEM_FINGERPRINT,
                 **(extra or {}),
             }
@@ -120,7 +128,7 @@ def full_response(
     completion_tokens: int,
 ) -> dict[str, Any]:
     """The non-streaming body (``chat.completion`` or ``text_completion``) with ``usage``."""
-    usage = {**_usage(prompt_tokens, completion_tokens), "prompt_tokens_details": None}
+    usage = {**usage_fields(prompt_tokens, completion_tokens), "prompt_tokens_details": None}
     if kind is ApiKind.CHAT:
         message = {
             "role": "assistant",
