@@ -66,6 +66,16 @@ class HelpLocust(argparse.Action):
         parser.exit()
 
 
+def add_first_request_flag(parser: argparse.ArgumentParser) -> None:
+    """``--no-first-request`` of ``run`` and ``diagnose`` (:mod:`llm_locust.run.firstrequest`)."""
+    parser.add_argument(
+        "--no-first-request",
+        action="store_true",
+        help="Start the load without first sending one request of its kind and showing its answer "
+        "(a failed one stops the run before any load)",
+    )
+
+
 def _add_fail_on(parser: argparse.ArgumentParser) -> None:
     """``--fail-on`` as ``analyze`` defines it when help is asked for; otherwise the same flag
     without its help text, whose module (the analysis: pandas, matplotlib) took seconds of
@@ -114,6 +124,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_deprecated_alias(parser, "--run-dir", "--out", dest="run_dir", type=Path)
     parser.add_argument("--no-analyze", action="store_true", help="Do not analyse the run directory afterwards")
+    add_first_request_flag(parser)
     _add_fail_on(parser)
     parser.add_argument(
         "--timeout-s",
@@ -288,6 +299,10 @@ def _run_checked(args: argparse.Namespace, locust_args: list[str], booted) -> in
             )
             if getattr(options, "input_tokens", 0) and not getattr(options, "input_calibration", ""):
                 locust_args = [*locust_args, "--input-calibration", check_input_sizing(options)]
+            if args.locustfile is None and not args.no_first_request:
+                from llm_locust.run.firstrequest import check_first_request
+
+                check_first_request(locust_args, prog="llm-locust run")
         except KeyboardInterrupt:  # nothing started yet
             return signals.exit_code
         run_dir = args.run_dir or default_run_dir()

@@ -134,6 +134,8 @@ def preflight(
             )
         if model_required and not model:
             return f"{base}: {text}", ""
+        if model:  # the model is given: /v1/models is not needed (the first request tells the rest)
+            return None, ""
         return None, f"warning: {text.replace('cannot tell the model: ', '')}"
     if model and model not in models:
         return f"--model {model!r} is not served by {base}; it serves: {', '.join(models)}", ""

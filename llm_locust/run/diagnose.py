@@ -115,8 +115,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers", type=positive_int, default=2, metavar="N", help="Locust workers for the ladder (default 2)"
     )
     from analysis.cli import add_fail_on_argument
+    from llm_locust.cli import add_first_request_flag
 
     add_fail_on_argument(parser)
+    add_first_request_flag(parser)
 
 
 def extended_ladder(ladder: list, bound: float) -> list:
@@ -261,6 +263,15 @@ def _locust(
     return True
 
 
+def request_args(host: str, model: str, args: argparse.Namespace, extra: list[str]) -> list[str]:
+    """The Locust flags that shape a round's requests (host, model, max_tokens, temperature 0,
+    the pass-through flags): its runs' and its first request's."""
+    return [
+        "--host", host, "--max-tokens", str(args.max_tokens), "--temperature", "0",
+        *(["--model", model] if model else []), *extra,
+    ]  # fmt: skip
+
+
 def measure_round(
     name: str,
     folder: Path,
@@ -289,16 +300,9 @@ def measure_round(
 
     out = RoundRun(name=name, folder=folder)
     common = [
-        "--host",
-        host,
-        "--max-tokens",
-        str(args.max_tokens),
-        "--temperature",
-        "0",
-        *(["--model", model] if model else []),
+        *request_args(host, model, args, extra),
         *[x for label in labels for x in ("--label", label)],
         *(["--server-log", server_log] if server_log else []),
-        *extra,
     ]
     print(
         f"\n=== round {name}: {host} ===\n-- 1. single-request baseline ({args.baseline_requests} requests, one at a time)"
@@ -405,6 +409,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     from analysis.rundir import RunDirError
     from analysis.thresholds import EXIT_THRESHOLD_FAILED, check_steps, parse_thresholds
     from llm_locust.auth import API_KEY_ENV, api_key_out_of_argv
+    from llm_locust.run.firstrequest import check_first_request
     from llm_locust.run.launcher import SigtermAsInterrupt
     from llm_locust.run.preflight import default_run_dir, out_dir_problem, preflight_or_exit
 
@@ -437,6 +442,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     for host, model in ((args.host, args.model), (args.host_b, args.model_b or args.model)):
         if host:
             preflight_or_exit(host, model=model, api_key=api_key, prog="llm-locust diagnose", model_required=False)
+            if not args.no_first_request:
+                check_first_request(request_args(host, model, args, extra), prog="llm-locust diagnose")
     out.mkdir(parents=True, exist_ok=True)
     print(f"output: {out}\nopen this page when it ends: {out / REPORT_PAGE}")
     started = time.monotonic()

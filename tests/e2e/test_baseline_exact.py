@@ -1,6 +1,7 @@
 """``--shape baseline --baseline-requests N`` sends exactly N requests (issue 14: N = 3 sent 4, and 30
 with ``--max-tokens 4``): counted by the embedded server itself (its ``vllm:request_success_total``
-counter), by Locust and in ``requests.csv``, over master + 2 workers."""
+counter, which also counts the first request sent before the load), by Locust and in ``requests.csv``,
+over master + 2 workers."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def test_baseline_sends_exactly_n_requests(sim_host, tmp_path, n, max_tokens):
         rows = list(csv.DictReader(f))
     with open(run_dir / "locust_stats.csv", newline="") as f:
         (total,) = [row for row in csv.DictReader(f) if row["Name"] == "Aggregated"]
-    assert finished_on_server(sim_host) - before == n
+    assert "first request: POST " in out.stdout  # one request before the load, shown and counted here
+    assert finished_on_server(sim_host) - before == n + 1
     assert int(total["Request Count"]) == n
     assert len(rows) == n and all(not row["error_kind"] for row in rows)
     assert len({row["worker_id"] for row in rows}) == 1  # one user, on one of the two workers

@@ -179,7 +179,8 @@ def test_all_requests_failing_is_reported_and_exit_1(sim_host, tmp_path):
     payload.write_text(json.dumps({"model": "not-served", "messages": [{"role": "user", "content": "hi"}],
                                    "stream": True, "max_tokens": 4}))  # fmt: skip
     out = run_cli("run", "--host", sim_host, "--shape", "none", "-u", "1", "-r", "1", "-t", "3s", "--workers", "1",
-                  "--payload-file", str(payload), "--run-dir", str(tmp_path / "run"), "--no-analyze")  # fmt: skip
+                  "--payload-file", str(payload), "--out", str(tmp_path / "run"), "--no-analyze",
+                  "--no-first-request")  # fmt: skip
     assert out.returncode == 1, out.stderr
     assert "requests failed:" in out.stderr and "all " in out.stderr
 

@@ -46,11 +46,21 @@ def test_junk_models_answer_without_model_is_refused_before_any_load(scripted_se
     assert not run_dir.exists()
 
 
-def test_with_model_given_a_junk_models_answer_is_only_a_warning(scripted_server):
+def test_with_model_given_a_junk_models_answer_says_nothing(scripted_server):
+    # "warning: GET /v1/models answered 404 ...; pass --model" was printed although --model was given
     from llm_locust.client.models import preflight
 
     url, server = scripted_server(json_answer("not json"))
     error, note = preflight(url, model="m")
+    stop(server)
+    assert (error, note) == (None, "")
+
+
+def test_without_model_a_junk_models_answer_is_a_warning_when_no_model_is_needed(scripted_server):
+    from llm_locust.client.models import preflight
+
+    url, server = scripted_server(json_answer("not json"))
+    error, note = preflight(url, model_required=False)
     stop(server)
     assert error is None and note.startswith("warning: GET /v1/models answered 200 'not json'")
 
