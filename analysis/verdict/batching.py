@@ -330,8 +330,10 @@ def kv_cache(usable: pd.DataFrame, critical: CriticalConcurrency, config: Server
 
     At the first saturated step (else the first usable step where requests wait): running <
     ``rules.running_ceiling`` x the configured ceiling (skipped when no ceiling was read), and
-    KV usage >= ``rules.kv_full_ratio`` or preemptions/s > ``rules.min_preemptions_per_s`` and
-    at least half the previous step's (climbing, or sustained at the limit).
+    the cache is full - KV usage >= ``rules.kv_full_ratio``, or no room for one more request of
+    the step's own size (:func:`no_room_for_one_more`) - or preemptions/s >
+    ``rules.min_preemptions_per_s`` and at least half the previous step's (climbing, or sustained
+    at the limit).
     """
     axis = load_axis(usable)
     row, prev = _saturated_row(usable, critical)
@@ -347,7 +349,7 @@ def kv_cache(usable: pd.DataFrame, critical: CriticalConcurrency, config: Server
     # sustained preemptions are the KV limit too: a run that preempts 8.6/s at 8 users and
     # 8.4/s at 16 is at that limit at both, not "no longer climbing"
     climbing = bool(pre > rules.min_preemptions_per_s and (not np.isfinite(pre_prev) or pre >= 0.5 * pre_prev))
-    full = bool(kv >= rules.kv_full_ratio)
+    full = bool(kv >= rules.kv_full_ratio) or no_room_for_one_more(kv, float(row["server_running"]))
     ceiling = config.batch_ceiling
     below = True if ceiling is None else bool(row["server_running"] < rules.running_ceiling * ceiling)
     values = {
@@ -372,6 +374,11 @@ def kv_cache(usable: pd.DataFrame, critical: CriticalConcurrency, config: Server
             f"at {axis.fmt(row[axis.column])} running plateaus at "
             f"{row['server_running']:.2f} {where} while "
             + (f"the KV cache is {kv:.0%} full" if full else "")
+            + (
+                f" (each request holds about {kv / row['server_running']:.0%}: no room for one more)"
+                if full and kv < rules.kv_full_ratio
+                else ""
+            )
             + (" and " if full and climbing else "")
             + (f"preemptions climb to {pre:.2f}/s" if climbing else "")
         )
@@ -387,6 +394,24 @@ def kv_cache(usable: pd.DataFrame, critical: CriticalConcurrency, config: Server
             f"{seen} at {axis.fmt(row[axis.column])}, running {row['server_running']:.2f} {where}: not a KV cache limit"
         )
     return Evidence(rule="kv_cache", kind=K.KV_CACHE, holds=holds, values=values, units=units, text=text)
+
+
+def no_room_for_one_more(kv_usage_ratio: float, running: float) -> bool:
+    """Whether a KV cache this full has no room for one more request of the step's own size.
+
+    Both are step averages: the share one request holds is ``kv_usage_ratio / running``, so the
+    cache cannot take another when ``kv_usage_ratio + kv_usage_ratio / running > 1``. A plain
+    threshold misses a small cache read as a step average: the gauge dips in the moments
+    between one request's end and the next one's admission, as running does (real vLLM,
+    ``--num-gpu-blocks-override 5``, one 128-token block a request: 4 usable blocks, KV usage
+    0.89 beside running 3.56 while 4 requests waited at 8 users; full at 4 running).
+
+    >>> no_room_for_one_more(0.89, 3.56), no_room_for_one_more(0.5, 4.0)
+    (True, False)
+    """
+    if not (np.isfinite(kv_usage_ratio) and np.isfinite(running)) or running <= 0:
+        return False
+    return bool(kv_usage_ratio * (1.0 + 1.0 / running) > 1.0)
 
 
 def compute(usable: pd.DataFrame, rules: Rules) -> tuple[Evidence, pd.Series | None]:

@@ -62,8 +62,15 @@ def vllm(ceiling=None):
     return ServerConfig(engine="vllm", batch_ceiling=ceiling, batch_ceiling_name="max_num_seqs" if ceiling else None)
 
 
-def judge(tab, config=None, client=None, server=None, rules=RULES):
-    return diagnose(tab, server or ServerSide(family="vllm"), config or vllm(), client or ClientSide(), rules=rules)
+def judge(tab, config=None, client=None, server=None, rules=RULES, request_tokens=None):
+    return diagnose(
+        tab,
+        server or ServerSide(family="vllm"),
+        config or vllm(),
+        client or ClientSide(),
+        rules=rules,
+        request_tokens=request_tokens,
+    )
 
 
 def ev(verdict, rule):
@@ -652,3 +659,29 @@ def test_rejections_critical_concurrency_is_before_the_step_its_evidence_names()
     assert verdict.bottleneck is K.REJECTIONS
     assert ev(verdict, "rejections").values["users"] == 8.0
     assert verdict.critical_concurrency == 4
+
+
+def test_kv_cache_full_to_within_one_request_of_a_real_vllm_with_five_blocks():
+    # real vLLM (CPU, slow model) --max-num-seqs 8 --num-gpu-blocks-override 5 --max-model-len 256:
+    # 4 usable 128-token blocks, one a request of 46 + 64 tokens; the step averages of that run
+    # (report/steps.csv): the gauge read 0.89 beside running 3.56 at 8 users, each request 0.25
+    tab = table(
+        users=[1, 2, 4, 8],
+        tput=[40.8, 68.6, 126.0, 128.0],
+        ttft=[75, 90, 124, 1606],
+        running=[1.0, 1.81, 3.48, 3.56],
+        waiting=[0, 0, 0, 4.0],
+        kv=[0.25, 0.453, 0.87, 0.89],
+        preempt=[0, 0, 0, 0],
+        tpot=[22.6, 28.0, 22.7, 22.7],
+    )
+    verdict = judge(tab, vllm(8))
+    assert verdict.bottleneck is K.KV_CACHE, verdict.line
+    assert verdict.critical_concurrency == 4
+    e = ev(verdict, "kv_cache")
+    assert e.values["kv_usage_ratio"] == 0.89 and e.values["server_running"] == 3.56
+    # one more request would need 0.89 / 3.56 = 0.25 more: 1.14 > 1
+    assert "each request holds about 25%: no room for one more" in e.text
+    # the same gauge beside 8 running requests leaves room (0.89 + 0.11 = 1.0, not more)
+    roomy = tab.assign(server_running=[1.0, 2.0, 4.0, 8.0], server_waiting=[0, 0, 0, 0.0])
+    assert not ev(judge(roomy, vllm(16)), "kv_cache").holds
