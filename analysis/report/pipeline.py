@@ -306,6 +306,7 @@ def analyze(
             rules=rules,
             planned=planned_levels(shape),
             warmup_s=run.warmup_s,
+            request_tokens=_request_tokens(run),
         )
         table, critical = verdict.table, verdict.critical
     else:

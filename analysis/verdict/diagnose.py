@@ -36,6 +36,7 @@ from analysis.verdict.failures import (
     timeout_cause,
 )
 from analysis.verdict.hiddenqueue import hidden_queue
+from analysis.verdict.inferred import compute_beside_ceiling, kv_tokens
 from analysis.verdict.knee import CriticalConcurrency, find_critical_concurrency, fmt_users
 from analysis.verdict.outage import server_outage
 from analysis.verdict.recommend import recommend
@@ -58,6 +59,13 @@ KIND_RULES: dict[BottleneckKind, str] = {
 }
 """The rule whose evidence speaks for each kind (secondaries are listed in this order)."""
 
+INFERRED_RULES: dict[BottleneckKind, tuple[str, ...]] = {
+    K.KV_CACHE: ("kv_tokens",),
+    K.COMPUTE: ("compute_beside_ceiling",),
+}
+"""Rules of what the metrics do not show (:mod:`~analysis.verdict.inferred`) that make their kind a
+secondary, never the primary."""
+
 BATCH_COLUMNS: tuple[str, ...] = (
     "n_batches",
     "batch_size_p50",
@@ -79,6 +87,7 @@ def diagnose(
     rules: Rules = RULES,
     planned: Sequence[float] = (),
     warmup_s: float | None = None,
+    request_tokens: float | None = None,
 ) -> Verdict:
     """Name the run's bottleneck: one primary kind, secondaries, evidence, recommendations.
 
@@ -106,7 +115,9 @@ def diagnose(
        ``rejections`` with the outage as its evidence. With ``none``, a ladder the run's stop
        cut short (``planned`` levels never measured, or the last step incomplete) says so and
        asks to rerun it to completion, not for steps it already planned.
-    4. Secondary: every other kind whose rule holds, in :data:`KIND_RULES` order.
+    4. Secondary: every other kind whose rule holds, in :data:`KIND_RULES` order, and the kinds
+       of what the metrics do not show (:mod:`~analysis.verdict.inferred`: ``kv_cache`` by
+       token arithmetic, ``compute`` beside a ceiling).
 
     Parameters
     ----------
@@ -123,6 +134,9 @@ def diagnose(
     planned : sequence of float, default ()
         The planned ladder (run.json ``shape.ladder`` users, or ``shape.rates`` requests/s); empty
         when unknown or when the run is still going (the live tab).
+    request_tokens : float, optional
+        The run's mean prompt tokens + max_tokens (the KV one request holds at most), for the
+        token arithmetic of :func:`~analysis.verdict.inferred.kv_tokens`.
 
     Returns
     -------
@@ -181,6 +195,7 @@ def diagnose(
     ev["hidden_queue"] = hidden_queue(usable, rules)
     ev["batch_wait"] = batch_wait(usable, server.batch_wait_max_ms, rules)
     ev["static_batch"] = static_batch(usable, config, rules)
+    ev["kv_tokens"] = kv_tokens(usable, knee, config, request_tokens, rules)
     first_fail = ordered[ordered["valid"] & dominated].head(1)
     failing_knee = _failing_at_knee(usable, knee.saturated_users, axis.column, rules)
     if failing_knee is not None and (len(first_fail) == 0 or knee.saturated_users < first_fail[axis.column].iloc[0]):
@@ -285,6 +300,9 @@ def diagnose(
             saturated_users=None,
             stop_reason="not judged: steps too short to tell (" + undecided.tells_apart + ")",
         )
+    ev["compute_beside_ceiling"] = compute_beside_ceiling(
+        usable, critical, primary in (K.SCHEDULER_CEILING, K.KV_CACHE), rules
+    )
     ev["server_outage"] = server_outage(table, client.outages, client.started_at_s)
     outage_first = primary is K.NONE and usable.empty and ev["server_outage"].holds
     if outage_first:
@@ -305,7 +323,8 @@ def diagnose(
         else tuple(
             kind
             for kind, rule in KIND_RULES.items()
-            if kind not in (primary, K.NONE, K.UNDETERMINED) and ev[rule].holds
+            if kind not in (primary, K.NONE, K.UNDETERMINED)
+            and (ev[rule].holds or any(ev[name].holds for name in INFERRED_RULES.get(kind, ())))
         )
     )
     first = ev["server_outage"] if outage_first else ev[KIND_RULES[primary]]

@@ -138,6 +138,9 @@ class Rules:
     max_tps_rel_halfwidth : float, default 0.1
         Half-width of a step's 95 % throughput interval relative to its throughput above which
         a step with few completions is too short.
+    compute_tpot_growth : float, default 1.3
+        TPOT growth per doubling of running, up to a ceiling, at or above which compute limits
+        beside it (rule ``compute_beside_ceiling``: a batch doubled then gains at most x1.54).
     """
 
     min_gain_per_doubling: float = 1.15
@@ -166,6 +169,7 @@ class Rules:
     min_window_e2e: float = 3.0
     min_completions: int = 20
     max_tps_rel_halfwidth: float = 0.1
+    compute_tpot_growth: float = 1.3
 
     def knee_kwargs(self) -> dict[str, float]:
         """Keyword arguments of :func:`analysis.verdict.knee.find_critical_concurrency`."""
