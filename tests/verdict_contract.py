@@ -49,3 +49,12 @@ def contract_problems(verdict: dict) -> list[str]:
             f"{primary['text']}"
         )
     return problems
+
+
+def assert_verdict_contract(verdict: dict, context: str = "") -> None:
+    """Fail the calling test with every way ``verdict`` breaks the contract (:func:`contract_problems`).
+
+    ``context`` (e.g. the console's tail) is added to the message.
+    """
+    problems = contract_problems(verdict)
+    assert not problems, "\n".join(problems) + (f"\n{context}" if context else "")

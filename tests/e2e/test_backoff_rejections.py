@@ -17,6 +17,7 @@ import pytest
 from llm_locust.run.demo import SIM_MODEL, start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
 from tests.e2e.fault_helpers import REPO, locust_request_count, read_requests
+from tests.verdict_contract import assert_verdict_contract
 
 pytestmark = pytest.mark.slow
 
@@ -121,6 +122,7 @@ def test_the_pauses_are_counted_and_shown_in_the_verdict(rejected_run):
     share = float(np.clip(np.minimum(end, hi) - np.maximum(start, lo), 0, None).sum() / (hi - lo) / USERS)
     verdict = json.loads((run_dir / "report" / "verdict.json").read_text())
     assert verdict["bottleneck"] == "rejections"
+    assert_verdict_contract(verdict)
     [rejections] = [e for e in verdict["evidence"] if e["rule"] == "rejections"]
     assert share >= 0.1 and rejections["values"]["backoff_share"] == pytest.approx(share, abs=1e-9)
     assert "users spent their time pausing after refusals" in rejections["text"]

@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from analysis.report.pipeline import analyze_run
+from tests.verdict_contract import assert_verdict_contract
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +47,7 @@ def test_demo_finds_the_batch_ceiling_and_writes_the_report(demo_run):
     verdict = json.loads((run_dir / "report" / "verdict.json").read_text())
     assert verdict["bottleneck"] == "scheduler_ceiling"
     assert verdict["critical_concurrency"] == MAX_NUM_SEQS
+    assert_verdict_contract(verdict, completed.stdout[-3000:])
     assert all(step["valid"] for step in verdict["steps"])
     for name in (
         "throughput.png",

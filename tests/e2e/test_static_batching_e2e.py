@@ -27,6 +27,7 @@ from llm_locust.run.launcher import free_port, stop_process
 from llm_locust.simserver.flavors.generic import FORMAT_TOML
 from llm_locust.simserver.generic_api import PROTOCOL_TOML
 from tests.e2e.side_by_side import run_side_by_side
+from tests.verdict_contract import assert_verdict_contract
 
 pytestmark = pytest.mark.slow
 
@@ -93,6 +94,7 @@ def test_the_verdict_names_the_static_batchers_limit(runs, name):
     verdict = json.loads((run_dir / "report" / "verdict.json").read_text())
     assert verdict["bottleneck"] == kind, console[-3000:]
     assert _within_one_step(verdict["critical_concurrency"], critical), verdict["critical_concurrency"]
+    assert_verdict_contract(verdict, console[-3000:])
     holds = {e["rule"]: e for e in verdict["evidence"] if e["holds"]}
     if name != "max_batch_1":
         # batches fill to max_batch_size = 8 with a queue: the static batch ceiling, and the

@@ -33,6 +33,7 @@ from llm_locust.run.demo import start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
 from llm_locust.simserver.flavors.generic import FORMAT_TOML
 from tests.e2e.side_by_side import run_side_by_side
+from tests.verdict_contract import assert_verdict_contract
 
 pytestmark = pytest.mark.slow
 
@@ -379,6 +380,7 @@ def test_verdict_names_the_bottleneck(scenario_run):
     evidence = json.dumps(verdict.get("evidence"), indent=1)[:3000]
     assert verdict["bottleneck"] == scenario.bottleneck, evidence
     assert within_one_step(verdict["critical_concurrency"], scenario.critical), evidence
+    assert_verdict_contract(verdict, evidence)
     if name == "client":  # 4 connections in all: the steps above 4 users waited for one
         steps = {s["users"]: s for s in verdict["steps"]}
         assert [users for users, s in steps.items() if not s["valid"]] == [8, 16], verdict["steps"]

@@ -13,11 +13,13 @@ the f32 round of the quantization A/B (``conftest.llamacpp_quant_ab``): one ladd
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 
 from analysis.report.pipeline import analyze_run
 from analysis.server.sources import ServerOptions, ServerSource
+from tests.verdict_contract import assert_verdict_contract
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_server]
 
@@ -64,6 +66,7 @@ def test_configured_ceiling_is_four_slots(llamacpp_ladder_run):
     assert result.verdict.bottleneck.value == "scheduler_ceiling", result.verdict.line
     assert result.verdict.critical_concurrency == SLOTS
     assert result.verdict.table["valid"].all(), result.verdict.table["invalid_reason"].tolist()
+    assert_verdict_contract(json.loads((llamacpp_ladder_run / "report" / "verdict.json").read_text()))
     assert any(r.flag.startswith("--parallel") for r in result.verdict.recommendations)
 
 

@@ -11,10 +11,12 @@ one vLLM start serves both this module and ``test_real_vllm_ab``.
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 
 from analysis.report.pipeline import analyze_run
+from tests.verdict_contract import assert_verdict_contract
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_server]
 
@@ -58,6 +60,7 @@ def test_critical_concurrency_is_the_batch_ceiling(vllm_ladder_run):
     assert result.verdict.bottleneck.value == "scheduler_ceiling", result.verdict.line
     assert result.verdict.critical_concurrency == MAX_NUM_SEQS
     assert result.verdict.table["valid"].all(), result.verdict.table["invalid_reason"].tolist()
+    assert_verdict_contract(json.loads((vllm_ladder_run / "report" / "verdict.json").read_text()))
 
 
 def test_every_request_recorded_once_and_ttft_on_first_content(vllm_ladder_run):
