@@ -148,7 +148,7 @@ def recommend(
             )
             out.append(_router(ev.rule))
         elif kind is K.KV_CACHE:
-            ev = evidence["kv_cache"]
+            ev = _holding(evidence, "kv_cache", "kv_tokens")
             out.append(
                 Recommendation(
                     change="give the KV cache more memory",
@@ -168,7 +168,7 @@ def recommend(
                 )
             out.append(_router(ev.rule))
         elif kind is K.COMPUTE:
-            ev = evidence["compute"]
+            ev = _holding(evidence, "compute", "compute_beside_ceiling")
             if crit is not None:
                 out.append(
                     Recommendation(
@@ -369,3 +369,11 @@ def _timeout_flag(cause: Evidence) -> str:
         if f"{key}_timeout_s" in cause.values:
             return flag
     return "--ttft-timeout-s"
+
+
+def _holding(evidence: dict[str, Evidence], rule: str, inferred: str) -> Evidence:
+    """The kind's own evidence, or the inferred one (:mod:`~analysis.verdict.inferred`) that made
+    it a secondary when its own does not hold: the recommendation says which it follows."""
+    own = evidence[rule]
+    other = evidence.get(inferred)
+    return other if not own.holds and other is not None and other.holds else own

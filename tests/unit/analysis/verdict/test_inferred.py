@@ -41,6 +41,7 @@ def test_kv_pressure_by_token_arithmetic_is_a_secondary():
     # no KV gauge: the primary cannot be kv_cache by its own rule, and says what tells it apart
     assert verdict.bottleneck is K.UNDETERMINED and K.KV_CACHE in verdict.candidates
     assert K.KV_CACHE in verdict.secondary
+    assert "kv_tokens" in {r.because for r in verdict.recommendations}  # more KV memory, on this evidence
 
 
 def test_token_arithmetic_that_fits_the_ceiling_or_a_reported_gauge_does_not_hold():
@@ -77,6 +78,7 @@ def test_compute_beside_a_ceiling_from_tpot_growth():
     assert e.holds and e.values["tpot_growth_per_doubling"] == pytest.approx(math.sqrt(57.9 / 28.4))
     assert f"at most x{2 / math.sqrt(57.9 / 28.4):.2f} per doubling" in e.text
     assert K.COMPUTE in verdict.secondary
+    assert "compute_beside_ceiling" in {r.because for r in verdict.recommendations}
     # a memory-bound batch (TPOT 20 -> 22 ms from 1 to 4 running) leaves compute out
     flat = judge(tab.assign(tpot_p50_ms=[20.0, 21.0, 22.0, 22.0]), config)
     assert not ev(flat, "compute_beside_ceiling").holds and K.COMPUTE not in flat.secondary
