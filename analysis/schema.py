@@ -175,6 +175,8 @@ REQUEST_SCHEMA: tuple[Column, ...] = (
     Column("server_prompt_tokens", _F, "tokens", "prompt tokens the server processed (timings.prompt_n)", False),
     Column("server_decode_ms", _F, "ms", "the server's own decode time (llama.cpp timings.predicted_ms)", False),
     Column("server_decode_tokens", _F, "tokens", "tokens the server generated (timings.predicted_n)", False),
+    Column("session_id", _S, "", "the multi-turn session the request is a turn of, empty for none", False),
+    Column("turn", _F, "", "turn in its session from 1 (the prompt holds the turns before it), 0 for none", False, 0.0),
 )
 """Every ``requests.csv`` column, in file order (a :class:`RequestRecord
 <llm_locust.client.record.RequestRecord>` field each, same order)."""

@@ -45,6 +45,7 @@ from analysis.server.sources import (
     step_server_seconds,
 )
 from analysis.servertime import SPLIT_COLUMNS, ttft_split_table
+from analysis.sessions import SESSION_COLUMNS, session_table, sessions_markdown
 from analysis.steps import step_server_means, step_table, step_windows, window_tokens_from_file
 from analysis.thresholds import (
     EXIT_THRESHOLD_FAILED,
@@ -318,6 +319,9 @@ def analyze(
     chunked = chunk_table(run.requests, windows, run.run_dir / REQUESTS_CSV)
     for column in CHUNK_COLUMNS:
         table[column] = chunked[column].to_numpy("float64")
+    sessions = session_table(run.requests, windows)
+    for column in SESSION_COLUMNS:
+        table[column] = sessions[column].to_numpy("float64")
     goodput_knee_users = None
     if slos:
         goodput = goodput_table(run.requests, windows, slos)
@@ -835,6 +839,7 @@ def summary_markdown(result: AnalysisResult) -> str:
         lines += goodput_markdown(result.table, result.slos, result.goodput_knee_users, crit.users)
         lines += server_timings_markdown(result.table)
         lines += chunks_markdown(result.table)
+        lines += sessions_markdown(result.run.requests)
     figures = ["throughput", "latency"] if result.vs_concurrency else []
     lines += [
         *workers_markdown(result.run),

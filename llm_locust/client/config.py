@@ -94,6 +94,11 @@ class ClientConfig:
     source : RequestSource or None
         What each request sends (:mod:`llm_locust.client.workload`: the prompt set, ``--input-tokens``,
         ``--dataset``); one for every user of the process. None only in a config built by hand.
+    session_turns : int
+        ``--session-turns``: turns per multi-turn session, 0 for single turns
+        (:mod:`llm_locust.client.workload.session`).
+    think_time_s : float
+        ``--think-time-s``: pause between a session's turns, s.
     """
 
     target: Target
@@ -113,6 +118,8 @@ class ClientConfig:
     reader: StreamReader | None
     fmt: GenericFormat | None = None
     source: RequestSource | None = None
+    session_turns: int = 0
+    think_time_s: float = 0.0
 
     def adapter(self) -> Adapter:
         return get_adapter(self.protocol, stream=self.workload.stream, fmt=self.fmt)
@@ -204,6 +211,8 @@ def build_client_config(options, host: str, *, stream: str = "0") -> ClientConfi
         source=build_request_source(
             options, host=host, model=workload.model, prompts=prompts, stream=stream, start=_random_start()
         ),
+        session_turns=getattr(options, "session_turns", 0) or 0,
+        think_time_s=getattr(options, "think_time_s", 0.0) or 0.0,
     )
 
 

@@ -117,6 +117,10 @@ class RequestRecord:
     server_prompt_tokens, server_decode_tokens : float
         Prompt tokens the server processed (cached ones not counted) and tokens it generated,
         per the same timings; NaN when not sent.
+    session_id : str
+        The multi-turn session the request is a turn of (``--session-turns``), "" for none.
+    turn : int
+        Its turn in the session, from 1 (its prompt holds the turns before it); 0 for none.
     """
 
     request_id: str
@@ -152,6 +156,8 @@ class RequestRecord:
     server_prompt_tokens: float = math.nan
     server_decode_ms: float = math.nan
     server_decode_tokens: float = math.nan
+    session_id: str = ""
+    turn: int = 0
 
     @property
     def ok(self) -> bool:

@@ -52,6 +52,7 @@ from llm_locust.client.protocols import Adapter
 from llm_locust.client.record import ErrorKind, RequestRecord
 from llm_locust.client.stream import run_exchange
 from llm_locust.client.workload import CyclingPrompts
+from llm_locust.client.workload.session import SessionPlayer
 
 
 def _json_body(body: dict) -> bytes:
@@ -92,6 +93,8 @@ class LLMUser(User):
     abstract = True
     wait_time = constant(0)
     request_name = "chat"
+    _turn: int = 0
+    _answer: str = ""
     scheduled_s: float = math.nan
     """Scheduled send time of the next request (master clock, Unix s), recorded as ``scheduled_s``;
     NaN in a closed loop (set by :class:`~llm_locust.client.rateuser.RateUser`)."""
@@ -107,6 +110,8 @@ class LLMUser(User):
         runner = self.environment.runner
         self.worker_id = getattr(runner, "client_id", None) or "local"
         self.backoff = Backoff(enabled=self.config.backoff)
+        self.sessions: SessionPlayer | None = None
+        """This user's multi-turn sessions (``--session-turns``), None for single turns."""
 
     def on_stop(self) -> None:
         pool = getattr(self, "pool", None)
@@ -131,10 +136,21 @@ class LLMUser(User):
         if source is None:  # a config built by hand (tests): the prompt set, in order
             source = CyclingPrompts(self.config.prompts, max_tokens=self.config.workload.max_tokens)
             self.config.source = source
-        item = source.next_request()
-        record = self.send(item.prompt, max_tokens=item.max_tokens, prompt_tokens_target=item.prompt_tokens_target)
-        if record.backoff_ms > 0:
-            gevent.sleep(record.backoff_ms / 1000.0)
+        if self.config.session_turns and self.sessions is None:
+            self.sessions = SessionPlayer(
+                source, turns=self.config.session_turns, think_time_s=self.config.think_time_s
+            )
+        sessions = self.sessions
+        if sessions is None:
+            item = source.next_request()
+            record = self.send(item.prompt, max_tokens=item.max_tokens, prompt_tokens_target=item.prompt_tokens_target)
+        else:
+            item, self._turn = sessions.next_turn()
+            record = self.send(item.prompt, max_tokens=item.max_tokens, prompt_tokens_target=item.prompt_tokens_target)
+            sessions.answered(self._answer, ok=record.ok)
+        pause_s = max(record.backoff_ms / 1000.0, sessions.pause_s() if sessions is not None else 0.0)
+        if pause_s > 0:
+            gevent.sleep(pause_s)
 
     def ready_to_send(self) -> bool:
         """Whether this iteration sends a request (always, in a closed loop)."""
@@ -185,6 +201,9 @@ class LLMUser(User):
             pool.release_slot()
         record.conn_wait_ms = conn_wait_s * 1000.0
         record.prompt_tokens_target = prompt_tokens_target
+        if self.sessions is not None:
+            record.session_id, record.turn = self.sessions.session_id, self._turn
+            self._answer = "".join(exchange.texts)
         fill_record(
             record, exchange, max_tokens=requested_max_tokens, ignore_eos=config.ignore_eos,
             count_tokens=config.count_tokens,

@@ -37,7 +37,7 @@ def chunked_host(tmp_path_factory):
 
 def _run(host: str, run_dir, *extra: str) -> subprocess.CompletedProcess:
     completed = subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", "--host", host, "--workers", "1", "--run-dir", str(run_dir),
+        [sys.executable, "-m", "llm_locust.cli", "run", "--host", host, "--workers", "1", "--out", str(run_dir),
          "--timeout-s", "60", "--ladder", "2", "--dwell-s", "4", "--warmup-s", "0.5", "--max-tokens", "30",
          *extra],
         capture_output=True, text=True, timeout=150,

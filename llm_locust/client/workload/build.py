@@ -109,7 +109,8 @@ def workload_meta(options) -> dict:
 
     ``input_tokens``, ``input_tokens_stddev``, ``shared_prefix_tokens`` (None without
     ``--input-tokens``), ``dataset_sha256`` (hex SHA-256 of the file, None without one),
-    ``dataset`` (its file name), ``seed`` and ``input_calibration`` (what sized the prompts:
+    ``dataset`` (its file name), ``seed``, ``session_turns`` and ``think_time_s`` (None without
+    ``--session-turns``) and ``input_calibration`` (what sized the prompts:
     ``base_tokens``, ``words``, ``method``; set by ``llm-locust run``).
     """
     input_tokens = getattr(options, "input_tokens", 0) or 0
@@ -121,6 +122,8 @@ def workload_meta(options) -> dict:
         "dataset_sha256": hashlib.sha256(Path(dataset).read_bytes()).hexdigest() if dataset else None,
         "dataset": Path(dataset).name if dataset else None,
         "seed": getattr(options, "seed", 0) if (input_tokens or dataset) else None,
+        "session_turns": getattr(options, "session_turns", 0) or None,
+        "think_time_s": getattr(options, "think_time_s", 0.0) if getattr(options, "session_turns", 0) else None,
         "input_calibration": json.loads(options.input_calibration)
         if getattr(options, "input_calibration", "")
         else None,

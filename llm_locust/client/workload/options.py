@@ -44,6 +44,15 @@ def add_workload_options(group) -> None:
         help="Prompts from a ShareGPT JSON, a JSONL of {\"prompt\"|\"messages\", \"max_tokens\"?} or a text file "
              "(one prompt per line), in a --seed order; per-item output lengths honoured",
     )  # fmt: skip
+    group.add_argument(
+        "--session-turns", type=_non_negative_int, default=0, metavar="K",
+        help="Multi-turn sessions: each user holds a conversation of K turns, each turn sending the whole history "
+             "(its user messages from the prompts above, the server's real answers; --protocol openai-chat); 0 = single turns",
+    )  # fmt: skip
+    group.add_argument(
+        "--think-time-s", type=_non_negative_float, default=0.0, metavar="S",
+        help="With --session-turns: pause between a turn's answer and the next turn, s",
+    )  # fmt: skip
     group.add_argument("--seed", type=int, default=0, help="Seed of the prompt words, lengths and dataset order")
     group.add_argument(
         "--input-calibration", default="", metavar="JSON",
@@ -77,6 +86,13 @@ def validate_workload_options(options) -> None:
         raise ValueError(
             f"--shared-prefix-tokens ({get('shared_prefix_tokens')}) must be below --input-tokens ({input_tokens})"
         )
+    if get("session_turns", 0):
+        if get("protocol", "openai-chat") != "openai-chat":
+            raise ValueError("--session-turns sends the history as chat messages: only --protocol openai-chat")
+        if get("payload_file"):
+            raise ValueError("--session-turns builds each turn's body: leave out --payload-file")
+    elif get("think_time_s", 0.0):
+        raise ValueError("--think-time-s is the pause between a session's turns: it needs --session-turns")
     if get("dataset"):
         from llm_locust.client.workload.dataset import load_dataset
 
