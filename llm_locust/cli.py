@@ -18,11 +18,27 @@ import argparse
 import sys
 from pathlib import Path
 
-from llm_locust.clihelp import HelpFormatter, Parser, add_deprecated_alias, add_passthrough_help
+from llm_locust.clihelp import (
+    HelpFormatter,
+    Parser,
+    add_deprecated_alias,
+    add_first_request_flag,
+    add_passthrough_help,
+    locust_parser,
+    parse_locust_args,
+)
 from llm_locust.run.postrun import finish_run, preload_post_run
 from llm_locust.run.preflight import LOCUSTFILES, default_run_dir, preflight_or_exit, run_dir_problem
 
-__all__ = ["SHAPE_LOCUSTFILES", "SUBCOMMANDS", "build_parser", "check_run", "main"]
+__all__ = [
+    "locust_parser",
+    "parse_locust_args",
+    "SHAPE_LOCUSTFILES",
+    "SUBCOMMANDS",
+    "build_parser",
+    "check_run",
+    "main",
+]
 
 SHAPE_LOCUSTFILES = {"ladder": "ladder.py", "baseline": "baseline.py", "rate": "rate.py", "none": "chat_stream.py"}
 
@@ -64,16 +80,6 @@ class HelpLocust(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         print(locust_parser().format_help())
         parser.exit()
-
-
-def add_first_request_flag(parser: argparse.ArgumentParser) -> None:
-    """``--no-first-request`` of ``run`` and ``diagnose`` (:mod:`llm_locust.run.firstrequest`)."""
-    parser.add_argument(
-        "--no-first-request",
-        action="store_true",
-        help="Start the load without first sending one request of its kind and showing its answer "
-        "(a failed one stops the run before any load)",
-    )
 
 
 def _add_fail_on(parser: argparse.ArgumentParser) -> None:
@@ -144,47 +150,6 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--web-linger-s", type=float, default=60.0, help="With --web: seconds the web UI stays up after the run ends"
     )
-
-
-def locust_parser():
-    """Locust's own parser with llm-locust's options added, as the master parses its flags.
-
-    Only Locust's parser module is imported (without gevent's patching, and the variable that
-    skips it restored afterwards: left set, it reached every Locust process started later), not
-    :mod:`llm_locust.plugin`: the options are added with :func:`llm_locust.options.add_options`
-    directly, unless the plugin (imported earlier in this process) already added them through
-    ``init_command_line_parser``. The plugin's import pulls in the master's and the workers' code
-    (numpy, pandas, requests), which this process never runs.
-    """
-    import os
-
-    from llm_locust.options import add_options
-
-    skip = "LOCUST_SKIP_MONKEY_PATCH"
-    previous = os.environ.get(skip)
-    os.environ[skip] = "1"  # the launcher only parses: no gevent patching in this process
-    try:
-        from locust.argument_parser import get_parser
-    finally:
-        if previous is None:
-            os.environ.pop(skip, None)
-        else:
-            os.environ[skip] = previous
-    parser = get_parser()
-    if parser.get_default("ladder") is None:  # not added by an imported llm_locust.plugin
-        add_options(parser)
-    parser.prog = "llm-locust run"
-    return parser
-
-
-def parse_locust_args(locust_args: list[str], *, strict: bool = True):
-    """Parse the pass-through flags with :func:`locust_parser`, as the master will: argparse
-    errors (unknown flag, bad value) exit 2 here, before anything starts. ``strict=False`` (a
-    user's own locustfile, which may add flags of its own) ignores unknown flags."""
-    parser = locust_parser()
-    if strict:
-        return parser.parse_args(locust_args)
-    return parser.parse_known_args(locust_args)[0]
 
 
 def check_run(args: argparse.Namespace, locust_args: list[str]):

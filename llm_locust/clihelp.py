@@ -17,6 +17,9 @@ __all__ = [
     "HelpFormatter",
     "Parser",
     "add_deprecated_alias",
+    "add_first_request_flag",
+    "locust_parser",
+    "parse_locust_args",
     "locust_options_help",
     "add_passthrough_help",
 ]
@@ -164,3 +167,54 @@ def add_passthrough_help(parser: argparse.ArgumentParser, *, intro: str, footer:
         return locust_options_help(own, intro=intro) + (f"\n{footer}\n" if footer else "")
 
     parser.extra_help = text  # type: ignore[attr-defined]  # a Parser; a plain parser ignores it
+
+
+def add_first_request_flag(parser: argparse.ArgumentParser) -> None:
+    """``--no-first-request`` of ``run`` and ``diagnose`` (:mod:`llm_locust.run.firstrequest`)."""
+    parser.add_argument(
+        "--no-first-request",
+        action="store_true",
+        help="Start the load without first sending one request of its kind and showing its answer "
+        "(a failed one stops the run before any load)",
+    )
+
+
+def locust_parser():
+    """Locust's own parser with llm-locust's options added, as the master parses its flags.
+
+    Only Locust's parser module is imported (without gevent's patching, and the variable that
+    skips it restored afterwards: left set, it reached every Locust process started later), not
+    :mod:`llm_locust.plugin`: the options are added with :func:`llm_locust.options.add_options`
+    directly, unless the plugin (imported earlier in this process) already added them through
+    ``init_command_line_parser``. The plugin's import pulls in the master's and the workers' code
+    (numpy, pandas, requests), which this process never runs.
+    """
+    import os
+
+    from llm_locust.options import add_options
+
+    skip = "LOCUST_SKIP_MONKEY_PATCH"
+    previous = os.environ.get(skip)
+    os.environ[skip] = "1"  # the launcher only parses: no gevent patching in this process
+    try:
+        from locust.argument_parser import get_parser
+    finally:
+        if previous is None:
+            os.environ.pop(skip, None)
+        else:
+            os.environ[skip] = previous
+    parser = get_parser()
+    if parser.get_default("ladder") is None:  # not added by an imported llm_locust.plugin
+        add_options(parser)
+    parser.prog = "llm-locust run"
+    return parser
+
+
+def parse_locust_args(locust_args: list[str], *, strict: bool = True):
+    """Parse the pass-through flags with :func:`locust_parser`, as the master will: argparse
+    errors (unknown flag, bad value) exit 2 here, before anything starts. ``strict=False`` (a
+    user's own locustfile, which may add flags of its own) ignores unknown flags."""
+    parser = locust_parser()
+    if strict:
+        return parser.parse_args(locust_args)
+    return parser.parse_known_args(locust_args)[0]

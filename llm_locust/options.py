@@ -171,6 +171,9 @@ def validate_options(options) -> None:
     for name in ("prompts_file", "payload_file", "server_log_format"):
         if get(name):
             _check_input_file(name, get(name))
+    if get("server_log_format") and (problem := log_format_problem(get("server_log_format"), followed=bool(
+        get("server_log") or get("server_log_cmd")))):  # fmt: skip
+        raise ValueError(problem)
     validate_workload_options(options)
     if get("slo"):
         from analysis.goodput import parse_slo
@@ -232,6 +235,29 @@ def _load_format_file(path: str) -> None:
         load_user_format(Path(path).read_text(encoding="utf-8"), source=path)
     except UserFormatError as exc:  # its message starts with the path, which the caller names
         raise ValueError(str(exc).removeprefix(f"{path}: ")) from None
+
+
+def log_format_problem(path: str, *, followed: bool) -> str | None:
+    """Why ``--server-log-format PATH`` would do nothing: no log is followed (no ``--server-log``
+    or ``--server-log-cmd``) and the file has no ``[metrics]`` table either, or None.
+
+    >>> log_format_problem("any.toml", followed=True) is None
+    True
+    """
+    if followed:
+        return None
+    from analysis.server.userformat import UserFormatError, load_user_format
+
+    try:
+        fmt = load_user_format(Path(path).read_text(encoding="utf-8"), source=path)
+    except (OSError, UserFormatError):
+        return None  # refused with its own message by the file check
+    if fmt.metric_specs or fmt.metric_config:
+        return None  # its [metrics] table reads the scraped /metrics
+    return (
+        f"--server-log-format {path} reads a server log, and none is followed: add --server-log PATH "
+        '(or --server-log-cmd "CMD")'
+    )
 
 
 def _check_input_file(name: str, path: str) -> None:

@@ -122,6 +122,12 @@ class UserFormat:
     metric_specs: tuple[SeriesSpec, ...] = ()
     metric_config: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def has_log_patterns(self) -> bool:
+        """Whether the file reads the log at all (series, batch or config patterns): a file with
+        ``[[log.batches]]`` or ``[[log.config]]`` and no ``[[log.series]]`` still reads it."""
+        return bool(self.series_patterns or self.batch_patterns or self.config_patterns)
+
     def family_mapping(self) -> FamilyMapping | None:
         """The ``generic`` metrics mapping, or None when the file has no ``[metrics]``."""
         if not self.metric_specs:
@@ -156,6 +162,24 @@ def _check_keys(source: str, where: str, table: dict, known: set[str]) -> None:
         raise UserFormatError(f"{source}: {where}: unknown keys {unknown}; known {sorted(known)}")
 
 
+def toml_hint(exc: Exception) -> str:
+    """A hint after a TOML error a regular expression causes: backslashes in a double-quoted
+    (basic) string are escapes, ``"\\d"`` is refused with ``Unescaped '\\' in a string``.
+
+    >>> import tomllib
+    >>> try:
+    ...     tomllib.loads('pattern = "\\d+"')
+    ... except tomllib.TOMLDecodeError as exc:
+    ...     print(toml_hint(exc))
+    ; write regular expressions in single quotes ('\\d+ running'): TOML takes a single-quoted string as it is
+    """
+    if "Unescaped '\\'" in str(exc) or "escape" in str(exc).lower():
+        return (
+            "; write regular expressions in single quotes ('\\d+ running'): TOML takes a single-quoted string as it is"
+        )
+    return ""
+
+
 def load_user_format(text: str, *, source: str = "format file") -> UserFormat:
     """Parse a format file's TOML text.
 
@@ -168,7 +192,7 @@ def load_user_format(text: str, *, source: str = "format file") -> UserFormat:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UserFormatError(f"{source}: not valid TOML ({exc})") from None
+        raise UserFormatError(f"{source}: not valid TOML ({exc}){toml_hint(exc)}") from None
     _check_keys(source, "top level", data, {"name", "log", "metrics"})
     log = data.get("log", {}) or {}
     _check_keys(

@@ -115,7 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers", type=positive_int, default=2, metavar="N", help="Locust workers for the ladder (default 2)"
     )
     from analysis.cli import add_fail_on_argument
-    from llm_locust.cli import add_first_request_flag
+    from llm_locust.clihelp import add_first_request_flag
 
     add_fail_on_argument(parser)
     add_first_request_flag(parser)
@@ -208,6 +208,22 @@ def check_compare_to_axis(path: Path, *, rate: bool) -> None:
             f"--compare-to {path}: its ladder is {other}, this diagnosis runs {this}; the rounds' "
             "steps, knees and critical values would be in different units (different load axes)"
         )
+
+
+def check_log_format(args: argparse.Namespace, extra: list[str]) -> None:
+    """Refuse (``ValueError``) a ``--server-log-format`` among the Locust flags that would read
+    no log: neither ``--server-log`` (diagnose's own) nor ``--server-log-cmd`` is given, and the
+    file has no ``[metrics]`` table (:func:`llm_locust.options.log_format_problem`)."""
+    from llm_locust.options import log_format_problem
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--server-log-format", default="")
+    parser.add_argument("--server-log-cmd", default="")
+    known = parser.parse_known_args(extra)[0]
+    if known.server_log_format:
+        followed = bool(args.server_log or known.server_log_cmd)
+        if problem := log_format_problem(known.server_log_format, followed=followed):
+            raise ValueError(problem)
 
 
 class Stopped(Exception):
@@ -424,6 +440,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         if args.compare_to:
             check_compare_to_axis(args.compare_to, rate=args.rates is not None)
         args.thresholds = parse_thresholds(args.fail_on)
+        check_log_format(args, extra)
         if args.rates is not None:
             if any(t.where not in (None, "knee") for t in args.thresholds):
                 raise ValueError("--fail-on @N names a step's users; with --rates give @knee or no step")

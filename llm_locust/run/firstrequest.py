@@ -37,7 +37,7 @@ def first_request(options) -> dict:
     Parameters
     ----------
     options : argparse.Namespace
-        Locust's parsed options with llm-locust's (:func:`llm_locust.cli.parse_locust_args`).
+        Locust's parsed options with llm-locust's (:func:`llm_locust.clihelp.parse_locust_args`).
 
     Returns
     -------
@@ -179,7 +179,7 @@ def main(argv: list[str]) -> int:
     from gevent import monkey
 
     monkey.patch_all()
-    from llm_locust.cli import parse_locust_args
+    from llm_locust.clihelp import parse_locust_args
 
     options = parse_locust_args(argv, strict=False)
     print(json.dumps(first_request(options)))

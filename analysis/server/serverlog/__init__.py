@@ -100,6 +100,7 @@ def keep_rule(user_format: UserFormat | None = None) -> KeepRule:
     if user_format is not None:
         patterns = (
             *user_format.series_patterns,
+            *user_format.batch_patterns,
             *(c.regex for c in user_format.config_patterns),
             *(re.compile(pattern) for _, pattern in user_format.error_patterns),
         )
@@ -156,7 +157,7 @@ def parse_server_log(
     clock = clock or LogClock()
     family = parse_family(family)
     if family is None:
-        if user_format is not None and user_format.series_patterns:
+        if user_format is not None and user_format.has_log_patterns:
             family = ServerFamily.GENERIC
         else:
             family = detect_log_family(log)
@@ -168,13 +169,18 @@ def parse_server_log(
             errors=errors,
             notes=(
                 "no log parser recognised this log: name the engine (--server-family) or give a "
-                "format file (--server-log-format)",
+                "format file (--server-log-format)"
+                if user_format is None
+                else f"no log parser recognised this log, and the format file {user_format.source} has no "
+                "[[log.series]], [[log.batches]] or [[log.config]] pattern for it",
                 *input_notes(log),
             ),
         )
     if family is ServerFamily.GENERIC:
-        if user_format is None or not user_format.series_patterns:
-            raise ValueError("family 'generic' needs a user format file with [[log.series]] patterns")
+        if user_format is None or not user_format.has_log_patterns:
+            raise ValueError(
+                "family 'generic' needs a user format file with [[log.series]], [[log.batches]] or [[log.config]]"
+            )
         parser: LogParser = UserLogParser(user_format)
     elif family in PARSERS:
         parser = PARSERS[family]
