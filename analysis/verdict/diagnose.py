@@ -40,7 +40,7 @@ from analysis.verdict.inferred import compute_beside_ceiling, kv_tokens
 from analysis.verdict.knee import CriticalConcurrency, find_critical_concurrency, fmt_users
 from analysis.verdict.outage import server_outage
 from analysis.verdict.recommend import recommend
-from analysis.verdict.staticbatch import static_batch
+from analysis.verdict.staticbatch import running_from_batches, static_batch
 from analysis.verdict.types import RULES, BottleneckKind, Evidence, Recommendation, Rules, Verdict
 from analysis.verdict.undetermined import Undecided, steps_too_short, unexplained
 
@@ -70,6 +70,7 @@ BATCH_COLUMNS: tuple[str, ...] = (
     "n_batches",
     "batch_size_p50",
     "batch_size_max",
+    "batch_size_mean",
     "batch_wait_ms_p50",
     "batch_wait_at_max_ratio",
     "queue_mean",
@@ -156,6 +157,7 @@ def diagnose(
         for column in BATCH_COLUMNS:
             if column in stats.columns:
                 table[column] = table["step"].map(stats[column]).astype("float64")
+    table, from_batches = running_from_batches(table)
     validity = client_validity(table, client, rules)
     for column in validity.columns:
         table[column] = validity[column]
@@ -181,7 +183,9 @@ def diagnose(
     knee = find_critical_concurrency(usable, **rules.knee_kwargs())
     knee = _ceiling_queue(knee, usable, config, axis.column, rules)
     knee = replace(
-        knee, evidence=tuple(left_out) + ((judged_on,) if judged_on else ()) + knee.evidence, axis=axis
+        knee,
+        evidence=tuple(left_out) + tuple(x for x in (judged_on, from_batches) if x) + knee.evidence,
+        axis=axis,
     )  # the whole table's axis: the usable steps may be none
 
     ev: dict[str, Evidence] = {

@@ -70,7 +70,15 @@ def static_batch(usable: pd.DataFrame, config: ServerConfig, rules: Rules) -> Ev
     """
     name = config.batch_ceiling_name or "batch ceiling"
     if "batch_size_p50" not in usable.columns or not usable["batch_size_p50"].notna().any():
-        return Evidence(rule="static_batch", kind=BottleneckKind.NONE, holds=False, text="the log reports no batches")
+        return Evidence(
+            rule="static_batch",
+            kind=BottleneckKind.NONE,
+            holds=False,
+            text=(
+                "the log reports no batches (a static batcher's batch line is read as the batch table: "
+                "[[log.batches]] with batch_size, batch_wait_ms, queue in its format file)"
+            ),
+        )
     ceiling = config.batch_ceiling
     if ceiling is None or ceiling < 1:
         return Evidence(
@@ -124,3 +132,39 @@ def static_batch(usable: pd.DataFrame, config: ServerConfig, rules: Rules) -> Ev
             "queue waits for the next one"
         ),
     )
+
+
+def running_from_batches(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """``table`` with running and waiting read from the batch lines where the log has no series.
+
+    A static batcher's batch line (``batch started size=8 wait=100.0ms queue=3``) may be mapped
+    in a format file three ways: as ``[[log.batches]]`` only (the documented way), as a
+    ``[[log.series]]`` (size as ``running``, queue as ``waiting``), or both. With the batch table
+    only, ``server_running`` is the step's mean batch size (``batch_size_mean``: each batch runs
+    until the next starts) and ``server_waiting`` the batch lines' mean queue (``queue_mean``),
+    so the rules read the same counts as from the series mapping. Steps that have a running or
+    waiting value keep it.
+
+    Returns
+    -------
+    (pandas.DataFrame, str)
+        The table (a copy when changed) and a note for the verdict's evidence ("" when nothing
+        was read from the batches).
+    """
+    if "batch_size_mean" not in table.columns or not table["batch_size_mean"].notna().any():
+        return table, ""
+    running = table["server_running"].astype(float)
+    fill = running.isna() & table["batch_size_mean"].notna()
+    if not fill.any():
+        return table, ""
+    out = table.copy()
+    out.loc[fill, "server_running"] = out.loc[fill, "batch_size_mean"].astype(float)
+    if "queue_mean" in out.columns:
+        waiting = out["server_waiting"].astype(float)
+        wait_fill = fill & waiting.isna()
+        out.loc[wait_fill, "server_waiting"] = out.loc[wait_fill, "queue_mean"].astype(float)
+    note = (
+        f"running and waiting read from the log's batch lines (mean batch size and queue) in {int(fill.sum())} "
+        "step(s): the log has no running series there"
+    )
+    return out, note

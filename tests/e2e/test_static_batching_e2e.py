@@ -109,3 +109,56 @@ def test_the_verdict_names_the_static_batchers_limit(runs, name):
         assert timeouts.get("client_http_5xx_timed_out", 0) > 0 and timeouts.get("server_timeout", 0) > 0
     if name == "max_queue_4":
         assert holds["rejections"]["values"].get("server_queue_full", 0) > 0
+
+
+SERIES_LINE = "[[log.series]]\npattern = 'batch size=(?P<running>\\d+), wait=[\\d.]+ms, queue=(?P<waiting>\\d+)'\n"
+BATCH_TABLE = (
+    "[[log.batches]]\n"
+    "pattern = 'batch started size=(?P<batch_size>\\d+) wait=(?P<batch_wait_ms>[\\d.]+)ms queue=(?P<queue>\\d+)'\n"
+)
+BATCH_AS_SERIES = (
+    "[[log.series]]\npattern = 'batch started size=(?P<running>\\d+) wait=[\\d.]+ms queue=(?P<waiting>\\d+)'\n"
+)
+MAPPINGS = {
+    # the documented way (docs/verdicts.md): the batch line as the batch table only
+    "batch_table": BATCH_TABLE,
+    "as_series": BATCH_AS_SERIES,  # batch size as running, queue as waiting
+    "both": BATCH_AS_SERIES + "\n" + BATCH_TABLE,
+}
+"""The three ways a user may map a static batcher's batch line, for a server whose log has only
+that line (the generic flavour's periodic series line left out of the format file)."""
+
+
+@pytest.mark.parametrize("mapping", list(MAPPINGS))
+def test_the_verdict_does_not_depend_on_how_the_batch_line_is_mapped(runs, mapping, tmp_path):
+    from analysis.report.pipeline import analyze_run
+
+    run_dir, _ = runs["max_batch_8"]
+    assert SERIES_LINE in FORMAT_TOML and BATCH_TABLE in FORMAT_TOML
+    fmt = tmp_path / "fmt.toml"
+    fmt.write_text(FORMAT_TOML.replace(SERIES_LINE, "").replace(BATCH_TABLE, MAPPINGS[mapping]))
+    result = analyze_run(run_dir, write=False, server_log=run_dir.parent / "engine.log", server_log_format=fmt)
+    verdict = result.verdict
+    assert verdict.bottleneck.value == "scheduler_ceiling", verdict.line
+    assert _within_one_step(verdict.critical_concurrency, 8), verdict.critical.text
+    table = verdict.table.set_index("target_users")
+    # the batches run at max_batch_size = 8 from 8 users on, and 16 users keep a queue of ~8: the
+    # batch line's queue is what the batch left (0 at a full closed loop), the rest of the client's
+    # 16 in flight wait where the counters miss them (hidden_inflight), whichever the mapping
+    assert config_batch_ceiling(result) == 8
+    assert table.loc[16, "server_running"] == pytest.approx(8, abs=1.0), table["server_running"]
+    queued = table.loc[16, "server_waiting"] + table.loc[16, "hidden_inflight"]
+    assert queued == pytest.approx(table.loc[16, "client_inflight"] - table.loc[16, "server_running"], abs=1.0)
+    assert queued > 4, table[["server_waiting", "hidden_inflight"]]
+    holds = {e.rule for e in verdict.evidence if e.holds}
+    if mapping == "as_series":  # no batch table: the static batch evidence cannot be read, and it says how
+        assert "static_batch" not in holds
+        note = next(e for e in verdict.evidence if e.rule == "static_batch").text
+        assert "[[log.batches]]" in note, note
+    else:
+        assert "static_batch" in holds, holds
+
+
+def config_batch_ceiling(result) -> int | None:
+    """The batch ceiling the analysis read from the startup line (the format's [[log.config]])."""
+    return result.evidence.config.batch_ceiling

@@ -121,3 +121,26 @@ def test_vllm_logs_no_batches():
 def test_a_batch_pattern_needs_batch_size():
     with pytest.raises(UserFormatError, match="batch_size"):
         load_user_format("[[log.batches]]\npattern = 'wait=(?P<batch_wait_ms>\\d+)'\n")
+
+
+def test_a_format_that_maps_the_batch_line_as_the_batch_table_only_is_read():
+    # the documented mapping for a static batcher whose log has only its batch line: no
+    # [[log.series]]; the startup line and the batches are still read with the format (it was
+    # left to family detection, which knows no such log: no batch ceiling, no batches)
+    series = "[[log.series]]\npattern = 'batch size=(?P<running>\\d+), wait=[\\d.]+ms, queue=(?P<waiting>\\d+)'\n"
+    assert series in FORMAT_TOML
+    fmt = load_user_format(FORMAT_TOML.replace(series, ""), source="batches-only.toml")
+    lines = [
+        "2025-11-30 12:00:00.000 INFO config: max_batch_size=4, kv_tokens=65536, batching=static, max_batch_wait_ms=300"
+    ]
+    lines += ["2025-11-30 12:00:03.500 INFO batcher: batch started size=4 wait=12.5ms queue=7"]
+    log = LogText.from_text("\n".join(lines))
+    from analysis.server.serverlog import keep_rule, parse_server_log
+
+    # a long log keeps, past its head, the lines a pattern of the format matches: batch lines too
+    assert set(fmt.batch_patterns) <= set(keep_rule(fmt).patterns)
+    result = parse_server_log(log, clock=CLOCK, user_format=fmt)
+    assert result.family is ServerFamily.GENERIC
+    assert (result.config.batch_ceiling, result.config.batch_wait_max_ms) == (4, 300.0)
+    batches = batch_events(log, clock=CLOCK, family=result.family, user_format=fmt)
+    assert batches["batch_size"].tolist() == [4.0] and batches["queue"].tolist() == [7.0]
