@@ -51,6 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_fail_on_argument(parser)
     add_server_arguments(parser)
+    add_quiet_argument(parser)
+
+
+def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
+    """``-q/--quiet`` of every long command: no progress lines (the results are still printed)."""
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="No progress lines while it works (the results are still printed)"
+    )
 
 
 def add_fail_on_argument(parser: argparse.ArgumentParser) -> None:
@@ -188,18 +196,23 @@ def run(args: argparse.Namespace) -> int:
     except ThresholdError as exc:
         print(f"llm-locust analyze: error: {exc}", file=sys.stderr)
         return 2
+    from analysis.console import Heartbeat
+
+    heartbeat = Heartbeat("analyze", quiet=getattr(args, "quiet", False))
     try:
-        result = analyze_run(
-            args.run_dir,
-            min_gain_per_doubling=args.min_gain_per_doubling,
-            waiting_threshold=args.waiting_threshold,
-            ttft_growth=args.ttft_growth,
-            server=server_options(args),
-            server_log=args.server_log,
-            server_log_format=args.server_log_format,
-            slo=args.slo,
-            fail_on=fail_on,
-        )
+        with heartbeat:
+            result = analyze_run(
+                args.run_dir,
+                min_gain_per_doubling=args.min_gain_per_doubling,
+                waiting_threshold=args.waiting_threshold,
+                ttft_growth=args.ttft_growth,
+                server=server_options(args),
+                server_log=args.server_log,
+                server_log_format=args.server_log_format,
+                slo=args.slo,
+                fail_on=fail_on,
+                stage=lambda name: setattr(heartbeat, "stage", name),
+            )
     except (RunDirError, ValueError) as exc:
         print(f"llm-locust analyze: error: {exc}", file=sys.stderr)
         return 2

@@ -40,6 +40,8 @@ __all__ = [
     "main",
 ]
 
+PROGRESS_EVERY_S = 10.0
+"""Seconds between the progress lines of a run (``--quiet``: none)."""
 SHAPE_LOCUSTFILES = {"ladder": "ladder.py", "baseline": "baseline.py", "rate": "rate.py", "none": "chat_stream.py"}
 
 
@@ -130,6 +132,10 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_deprecated_alias(parser, "--run-dir", "--out", dest="run_dir", type=Path)
     parser.add_argument("--no-analyze", action="store_true", help="Do not analyse the run directory afterwards")
+    parser.add_argument(
+        "-q", "--quiet", action="store_true",
+        help="No progress lines while it runs (step i of N, users, elapsed, time left); the results are still printed",
+    )  # fmt: skip
     add_first_request_flag(parser)
     _add_fail_on(parser)
     parser.add_argument(
@@ -288,6 +294,7 @@ def _run_checked(args: argparse.Namespace, locust_args: list[str], booted) -> in
                 booted=booted,
             ),
             signals=signals,
+            progress_every_s=0 if args.quiet else PROGRESS_EVERY_S,
         )
         signals.stopping()  # the run is over: a SIGTERM now lets the report finish
         return finish_run(

@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where to write compare.json, rounds.csv, summary.md and the PNGs (default: <first RUN_DIR>/compare)",
     )
+    from analysis.cli import add_quiet_argument
+
+    add_quiet_argument(parser)
     parser.add_argument(
         "--allow-different-workload",
         action="store_true",
@@ -54,13 +57,19 @@ def run(args: argparse.Namespace) -> int:
     """Compare ``args.rounds``; returns 0, or 2 (one line on stderr) when a run directory cannot be
     read, fewer than two rounds are given, or the workloads differ without
     ``--allow-different-workload``."""
-    try:
-        comparison = compare_rounds(args.rounds, allow_different_workload=args.allow_different_workload)
-    except (RunDirError, WorkloadMismatch, ValueError) as exc:
-        print(f"llm-locust compare: error: {exc}", file=sys.stderr)
-        return 2
-    out = args.out if args.out is not None else args.rounds[0] / "compare"
-    print_comparison(write_comparison(comparison, out))
+    from analysis.console import Heartbeat
+
+    with Heartbeat("compare", quiet=getattr(args, "quiet", False)) as heartbeat:
+        heartbeat.stage = f"loading and analysing {len(args.rounds)} rounds"
+        try:
+            comparison = compare_rounds(args.rounds, allow_different_workload=args.allow_different_workload)
+        except (RunDirError, WorkloadMismatch, ValueError) as exc:
+            print(f"llm-locust compare: error: {exc}", file=sys.stderr)
+            return 2
+        out = args.out if args.out is not None else args.rounds[0] / "compare"
+        heartbeat.stage = "writing compare.json, rounds.csv and the figures"
+        written = write_comparison(comparison, out)
+    print_comparison(written)
     return 0
 
 

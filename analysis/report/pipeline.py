@@ -11,6 +11,7 @@ import importlib
 import json
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -450,6 +451,7 @@ def analyze_run(
     server_log_format: Path | str | None = None,
     slo: str | None = None,
     fail_on: tuple[Threshold, ...] = (),
+    stage: Callable[[str], None] | None = None,
 ) -> AnalysisResult:
     """Load a run directory, analyse it and (by default) write ``<run_dir>/report/``.
 
@@ -468,6 +470,9 @@ def analyze_run(
         Service-level objectives (``"ttft_ms<=500,tpot_ms<=50"``) instead of run.json's.
     fail_on : tuple of Threshold
         ``--fail-on`` thresholds to check (:mod:`analysis.thresholds`).
+    stage : callable, optional
+        Called with the name of each stage as it starts (loading, analysing, writing): the
+        progress lines of ``llm-locust analyze`` (:class:`analysis.console.Heartbeat`).
 
     Returns
     -------
@@ -481,8 +486,11 @@ def analyze_run(
     ReportWriteError
         ``write`` and the report could not be written; the analysis is its ``result``.
     """
+    say = stage or (lambda name: None)
     _preload_kneed(Path(run_dir))
+    say("loading the run directory (requests.csv, server data)")
     run = load_run(run_dir, server_log=server_log, server_log_format=server_log_format, unread=LAZY_REQUEST_COLUMNS)
+    say("step table and verdict")
     result = analyze(
         run,
         min_gain_per_doubling=min_gain_per_doubling,
@@ -494,6 +502,7 @@ def analyze_run(
     )
     if not write:
         return result
+    say("writing the report (figures, summary.md, index.html)")
     try:
         return write_report(result)
     except OSError as exc:

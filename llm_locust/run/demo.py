@@ -43,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--web", action="store_true", help="Watch it live in Locust's web UI (LLM tab) at 127.0.0.1:--web-port"
     )
     parser.add_argument("--web-port", type=int, default=8089, help="Web UI port with --web (0: a free one)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="No progress lines while it runs")
     parser.add_argument(
         "--web-linger-s", type=float, default=30.0, help="With --web: seconds the UI stays up after the run"
     )
@@ -132,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
                     ],
                 ),
                 signals=signals,
+                progress_every_s=0 if args.quiet else 10.0,
             )  # fmt: skip
         except KeyboardInterrupt:  # before Locust started
             code = signals.exit_code

@@ -119,6 +119,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_fail_on_argument(parser)
     add_first_request_flag(parser)
+    parser.add_argument(
+        "-q", "--quiet", action="store_true",
+        help="No progress lines while its runs go (step i of N, users, elapsed, time left); the results are still printed",
+    )  # fmt: skip
 
 
 def extended_ladder(ladder: list, bound: float) -> list:
@@ -250,7 +254,15 @@ def exit_code_on_error(extra: list[str]) -> int:
 
 
 def _locust(
-    locustfile: str, run_dir: Path, workers: int, args: list[str], timeout_s: float, signals, *, on_error: int = 1
+    locustfile: str,
+    run_dir: Path,
+    workers: int,
+    args: list[str],
+    timeout_s: float,
+    signals,
+    *,
+    on_error: int = 1,
+    quiet: bool = False,
 ) -> bool:
     """Run one Locust shape; raise :class:`Stopped` when it was stopped (124/130/143).
 
@@ -270,6 +282,7 @@ def _locust(
             locustfile=LOCUSTFILES / locustfile, run_dir=run_dir, workers=workers, locust_args=args, timeout_s=timeout_s
         ),
         signals=signals,
+        progress_every_s=0 if quiet else 10.0,
     )
     if code in STOPPED_CODES:
         raise Stopped(code)
@@ -332,6 +345,7 @@ def measure_round(
         60.0 + args.baseline_requests * 120.0,
         signals,
         on_error=on_error,
+        quiet=args.quiet,
     )
     if not measured or report_outcome(folder / "baseline", prog="llm-locust diagnose"):
         out.failed = True
@@ -366,6 +380,7 @@ def measure_round(
             len(ladder) * args.dwell_s + 180.0,
             signals,
             on_error=on_error,
+            quiet=args.quiet,
         )
         if not measured or report_outcome(run_dir, prog="llm-locust diagnose"):
             out.failed = True

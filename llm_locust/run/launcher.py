@@ -23,7 +23,7 @@ from pathlib import Path
 
 from llm_locust.auth import api_key_out_of_argv, child_env
 from llm_locust.run.boot import go_message
-from llm_locust.run.progress import RunProgress
+from llm_locust.run.progress import RunProgress, plan_of
 
 GRACE_S = 30.0
 """How long processes get to exit on their own after SIGTERM."""
@@ -592,7 +592,7 @@ def _start_and_wait(
         )
     if booted is not None:
         booted.cancel()  # any left over (none when the counts agree)
-    progress = RunProgress(run.run_dir, started)
+    progress = RunProgress(run.run_dir, started, plan_of(str(run.locustfile), run.locust_args))
     next_progress = started + progress_every_s
     while True:
         try:

@@ -4,17 +4,38 @@ requests counted from the bytes appended since the previous line."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
-from llm_locust.run.progress import LineCounter, RunProgress, last_csv_row
+from analysis.console import HOSTNAME
+from llm_locust.run.progress import LineCounter, RunProgress, last_csv_row, plan_of
 
 
-def test_progress_names_the_step_as_the_table_does(tmp_path):
-    steps = [{"index": 0, "users": 1}, {"index": 1, "users": 2}]
+def test_progress_says_step_i_of_n_elapsed_and_time_left_in_locusts_console_style(tmp_path):
+    now = time.time()
+    steps = [{"index": 0, "users": 1, "start_s": now - 13}, {"index": 1, "users": 2, "start_s": now - 3}]
     (tmp_path / "run.json").write_text(json.dumps({"shape": {"kind": "ladder", "steps": steps}}))
     (tmp_path / "requests.csv").write_text("header\na\nb\n")
-    line = RunProgress(tmp_path, time.monotonic()).line()
-    assert "step 1 (2 users)" in line and "2 requests recorded" in line
+    plan = plan_of("locustfiles/ladder.py", ["--ladder", "1,2,4,8", "--dwell-s", "10"])
+    line = RunProgress(tmp_path, time.monotonic() - 75, plan).line()
+    # the second of four 10 s steps, 3 s into it: 7 s of it and two steps more left
+    assert re.fullmatch(
+        rf"\[\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d,\d{{3}}\] {HOSTNAME}/INFO/llm_locust\.progress: "
+        r"step 2 of 4, 2 users, 1:15 elapsed, ~0:27 left, 2 requests recorded",
+        line,
+    ), line
+
+
+def test_progress_of_a_baseline_counts_its_requests(tmp_path):
+    (tmp_path / "requests.csv").write_text("header\na\nb\nc\n")
+    plan = plan_of("baseline.py", ["--baseline-requests", "10"])
+    assert "3 of 10 requests recorded" in RunProgress(tmp_path, time.monotonic(), plan).line()
+
+
+def test_progress_of_a_timed_run_counts_down_its_run_time(tmp_path):
+    plan = plan_of("chat_stream.py", ["-u", "2", "-t", "1m30s"])
+    assert plan.run_time_s == 90
+    assert "0:30 elapsed, ~1:00 left" in RunProgress(tmp_path, time.monotonic() - 30, plan).line()
 
 
 def test_progress_without_a_shape_shows_locusts_user_count(tmp_path):
