@@ -65,6 +65,10 @@ are a renewal process independent of the server, and a sample's hold (until the 
 independent of its value: the time-average is unbiased whatever the period of the gaps."""
 
 
+ABSENT_STATUSES = frozenset({404, 405, 410, 501})
+"""Statuses of a first scrape that mean "no metrics endpoint here" (not a passing fault)."""
+
+
 def default_timeout_s(interval_s: float) -> float:
     """The default scrape timeout: :data:`TIMEOUT_INTERVALS` x ``interval_s``, s.
 
@@ -286,6 +290,9 @@ class MetricsScraper:
         self.headers = headers or {}
         self.counts: dict[str, Counter] = {url: Counter() for url in self.urls}
         self._warned: set[tuple[str, ScrapeErrorKind]] = set()
+        self.absent: dict[str, int] = {}
+        """Endpoints whose first scrape answered :data:`ABSENT_STATUSES` (no success before):
+        URL -> status; not scraped again."""
         self._greenlets: list[gevent.Greenlet] = []
 
     @property
@@ -346,7 +353,27 @@ class MetricsScraper:
             self._deliver(rows)
         return outcome
 
+    def _detect_absent(self, url: str, outcome: ScrapeOutcome) -> bool:
+        """Whether ``outcome`` says the server has no metrics endpoint at ``url`` (its first
+        attempt, no success yet, answered 404, 405, 410 or 501): said once, scraping it ends."""
+        counts = self.counts.get(url, Counter())
+        if outcome.ok or outcome.status_code not in ABSENT_STATUSES or counts["ok"] or sum(counts.values()) != 1:
+            return False
+        self.absent[url] = int(outcome.status_code)
+        logger.warning(
+            "%s answered HTTP %d: the server has no Prometheus endpoint there; not scraped again this run "
+            "(--metrics-url none says so up front; the server log, --server-log, gives the server's side)",
+            url, outcome.status_code,
+        )  # fmt: skip
+        return True
+
     def _warn(self, url: str, exc: ScrapeFailed) -> None:
+        if (
+            exc.kind is ScrapeErrorKind.HTTP_ERROR
+            and exc.status_code in ABSENT_STATUSES
+            and not self.counts.get(url, Counter())
+        ):
+            return  # a first answer that says there is no endpoint: _detect_absent says it, once
         if (url, exc.kind) not in self._warned:
             self._warned.add((url, exc.kind))
             logger.warning("scraping %s failed (%s: %s); will keep trying", url, exc.kind.value, exc)
@@ -373,7 +400,8 @@ class MetricsScraper:
         next_t = time.monotonic()
         while True:
             try:
-                self.scrape(url)
+                if self._detect_absent(url, self.scrape(url)):
+                    return
             except Exception:  # a sink that failed (e.g. a full disk): logged, scraping goes on
                 logger.exception("scraping %s: a sink failed", url)
             gap_s = self.interval_s * (1.0 + JITTER * (2.0 * rng.random() - 1.0))
@@ -387,6 +415,11 @@ class MetricsScraper:
         """Per endpoint: ``"<url>: 23 scrapes ok, 2 failed (timeout 2)"``."""
         lines = []
         for url, counts in self.counts.items():
+            if url in self.absent:
+                lines.append(
+                    f"{url}: no metrics endpoint (HTTP {self.absent[url]} on the first scrape; not scraped again)"
+                )
+                continue
             failed = {k: n for k, n in counts.items() if k != "ok"}
             text = f"{url}: {counts['ok']} scrapes ok"
             if failed:

@@ -199,3 +199,29 @@ def test_scrapes_keep_the_mean_interval_but_no_fixed_phase(monkeypatch):
     phases = [((t - times[0]) % interval_s) / interval_s for t in times[1:]]
     in_first_fifth = sum(phase < 0.2 for phase in phases) / len(phases)
     assert in_first_fifth < 0.45, sorted(phases)  # expected 0.2; on a fixed grid ~1 (timers late by ms)
+
+
+def test_a_server_without_metrics_is_detected_once_and_said_once(scripted_server, caplog):
+    # a server without /metrics got a failed scrape every second, each one a row and a warning
+    url, server = scripted_server({"writes": body_script("not found", status="404 Not Found"), "keep_alive": True})
+    scraper, _, outcomes = make_scraper([url], interval_s=0.1)
+    with caplog.at_level("WARNING", logger="llm_locust.master.scraper"):
+        scraper.start()
+        gevent.sleep(0.8)
+        scraper.stop()
+    assert [(r["error_kind"], r["status_code"]) for r in as_dicts(outcomes)] == [("http_error", 404)]
+    said = [r.getMessage() for r in caplog.records if url in r.getMessage()]
+    assert len(said) == 1 and "answered HTTP 404: the server has no Prometheus endpoint there" in said[0]
+    assert scraper.summary_lines() == [f"{url}: no metrics endpoint (HTTP 404 on the first scrape; not scraped again)"]
+
+
+def test_a_404_after_a_success_is_a_failed_scrape_and_scraping_goes_on(scripted_server):
+    url, _ = scripted_server({"writes": body_script(METRICS_TEXT), "later_connections": body_script(
+        "gone", status="404 Not Found")})  # fmt: skip
+    scraper, _, outcomes = make_scraper([url], interval_s=0.1)
+    scraper.start()
+    gevent.sleep(0.55)
+    scraper.stop()
+    kinds = [r["error_kind"] for r in as_dicts(outcomes)]
+    assert kinds[0] == "" or kinds[0] is None
+    assert len(kinds) >= 3 and not scraper.absent
