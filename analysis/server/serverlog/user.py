@@ -97,11 +97,13 @@ def place(log: LogText, lines: np.ndarray, clock: LogClock, fmt: UserFormat) -> 
 def parse(log: LogText, clock: LogClock, fmt: UserFormat) -> ServerLogResult:
     """Series patterns -> samples -> normalised series; config patterns -> ServerConfig."""
     hits: dict[int, dict[str, str]] = {}
+    matched = [0] * len(fmt.series_patterns)
     for number, text in zip(log.kept_lines().tolist(), log.kept_texts()):
         text = text[:USER_PATTERN_CHARS]
-        for regex in fmt.series_patterns:
+        for k, regex in enumerate(fmt.series_patterns):
             match = regex.search(text)
             if match:
+                matched[k] += 1
                 hits.setdefault(number, {}).update({k: v for k, v in match.groupdict().items() if v is not None})
     numbers = np.array(sorted(hits), dtype=np.int64)
     inline = {n: hits[n]["ts"] for n in hits if "ts" in hits[n]}
@@ -123,8 +125,28 @@ def parse(log: LogText, clock: LogClock, fmt: UserFormat) -> ServerLogResult:
         data_lines=len(numbers),
         unplaced_lines=tuple(int(n) + 1 for n in numbers[~np.isfinite(times)]),
         time_source=how,
-        notes=(f"read with the user format {fmt.source} ({fmt.name})",),
+        notes=(f"read with the user format {fmt.source} ({fmt.name})", *pattern_notes(log, fmt, matched)),
     )
+
+
+def pattern_notes(log: LogText, fmt: UserFormat, series_matched: list[int]) -> list[str]:
+    """The format file checked against the log: lines matched per ``[[log.series]]`` pattern, and
+    a warning for each series or ``[[log.config]]`` pattern that matched no line (a pattern
+    written for other lines, or quoted so that TOML changed it)."""
+    counts = ", ".join(f"#{k + 1} {n}" for k, n in enumerate(series_matched))
+    notes = [f"{fmt.source}: lines matched per [[log.series]] pattern: {counts}"] if series_matched else []
+    for k, n in enumerate(series_matched):
+        if n == 0:
+            notes.append(
+                f"warning: {fmt.source} [[log.series]] #{k + 1} matched no line of {log.name} "
+                f"({fmt.series_patterns[k].pattern!r})"
+            )
+    for k, pattern in enumerate(fmt.config_patterns):
+        if _first_match(log, pattern.regex)[0] is None:
+            notes.append(
+                f"warning: {fmt.source} [[log.config]] #{k + 1} matched no line of {log.name} ({pattern.regex.pattern!r})"
+            )
+    return notes
 
 
 def _float(text: str | None) -> float:

@@ -204,3 +204,13 @@ def test_the_pages_use_no_deprecated_spelling():
     ]
     assert not old, old
     assert deprecated_flags("run") == {"--run-dir"} and deprecated_flags("sim-server") == {"--host"}
+
+
+def test_the_format_file_page_names_every_group():
+    # the group batch_wait_max_ms was documented only in analysis/server/userformat.py
+    from analysis.server.userformat import BATCH_GROUPS, CONFIG_GROUPS, METRIC_COLUMNS, SERIES_GROUPS
+
+    page = (ROOT / "docs" / "server-data.md").read_text(encoding="utf-8")
+    rows = [line for line in page.splitlines() if line.startswith("| ")]
+    for group in (*SERIES_GROUPS, *BATCH_GROUPS, *CONFIG_GROUPS, *METRIC_COLUMNS):
+        assert any(f"`{group}`" in row for row in rows), group

@@ -76,3 +76,20 @@ def test_a_double_quoted_pattern_gets_the_single_quote_hint(tmp_path):
     path.write_text('[request]\npath = "/generate\\d"\n')
     with pytest.raises(FormatError, match="write regular expressions in single quotes"):
         load_format(path)
+
+
+def test_the_format_file_is_checked_against_the_log():
+    fmt = load_user_format(
+        "name = 'mine'\n[log]\n"
+        "[[log.series]]\npattern = 'batch size=(?P<running>\\d+)'\n"
+        "[[log.series]]\npattern = 'queue depth=(?P<waiting>\\d+)'\n"  # this server never logs it
+        "[[log.config]]\npattern = 'slots=(?P<batch_ceiling>\\d+)'\n",  # nor this
+        source="mine.toml",
+    )
+    lines = [f"2025-11-30 12:00:0{k}.000 batch size={k}" for k in range(3)]
+    notes = parse(lines, reference_s=unix(2025, 11, 30, 12, 0, 0), user_format=fmt).notes
+    assert "mine.toml: lines matched per [[log.series]] pattern: #1 3, #2 0" in notes
+    warned = [n for n in notes if n.startswith("warning: mine.toml")]
+    assert len(warned) == 2
+    assert "[[log.series]] #2 matched no line" in warned[0] and "queue depth=" in warned[0]
+    assert "[[log.config]] #1 matched no line" in warned[1]
