@@ -234,6 +234,8 @@ def load_run(
                 f"step {int(last['step'])} has no recorded end: it ends with the run "
                 f"({'the last record' if inferred_end_s is not None else 'ended_at_s'})"
             )
+            if (cut := ladder_cut_note(meta.get("shape") or {}, end_s)) is not None:
+                notes.append(cut)
     finally:
         reader.join()
     if "error" in files_read:
@@ -605,6 +607,37 @@ _WORKER_ENTRIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "workers_missing": (("from_s",), ("noticed_s", "to_s")),
 }
 """run.json lists of per-worker objects: key -> (numeric fields, numeric-or-null fields)."""
+
+
+def ladder_cut_note(shape: dict[str, Any], end_s: float) -> str | None:
+    """Where a ladder whose last step has no recorded end was cut, or None (not a ladder, no steps).
+
+    Parameters
+    ----------
+    shape : dict
+        run.json ``shape``: ``kind``, ``ladder`` (users per planned step), ``steps`` (``index``,
+        ``users``, ``start_s``, ``end_s``; Unix s).
+    end_s : float
+        The run's end (``ended_at_s``, or the last record's when there is none), Unix s.
+
+    >>> ladder_cut_note({"kind": "ladder", "ladder": [1, 2, 4, 8], "steps": [
+    ...     {"index": 0, "users": 1, "start_s": 0.0, "end_s": 4.0},
+    ...     {"index": 1, "users": 2, "start_s": 4.0, "end_s": None}]}, 5.5)
+    'the run was cut 1.5 s into step 1 (2 users) of the planned ladder 1, 2, 4, 8: step 0 completed; 4, 8 users not run'
+    """
+    steps = sorted(shape.get("steps") or [], key=lambda step: float(step["start_s"]))
+    planned = [int(users) for users in shape.get("ladder") or []]
+    if shape.get("kind") != "ladder" or not planned or not steps or steps[-1].get("end_s") is not None:
+        return None
+    last = steps[-1]
+    done = [str(int(step["index"])) for step in steps[:-1]]
+    left = planned[int(last["index"]) + 1 :]
+    return (
+        f"the run was cut {max(0.0, end_s - float(last['start_s'])):.1f} s into step {int(last['index'])} "
+        f"({int(last['users'])} users) of the planned ladder {', '.join(map(str, planned))}: "
+        + (f"step{'s' if len(done) > 1 else ''} {', '.join(done)} completed" if done else "no step completed")
+        + (f"; {', '.join(map(str, left))} users not run" if left else "")
+    )
 
 
 def _check_workers_lost(meta: dict[str, Any], path: Path) -> None:

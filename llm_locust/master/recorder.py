@@ -31,6 +31,7 @@ from analysis.schema import CLIENT_REPORT, REQUESTS_CSV
 from llm_locust.auth import auth_headers, is_api_key_flag
 from llm_locust.client.clock import WorkerClock
 from llm_locust.client.load import LOAD_KEY, ClientLoadSampler, install_cpu_reporting
+from llm_locust.client.masterwatch import MasterSilenceWatch
 from llm_locust.client.models import first_served_model, host_problem
 from llm_locust.client.prompts import load_prompts, prompt_set_sha256
 from llm_locust.client.spawncache import install_default_args_cache
@@ -44,6 +45,7 @@ from llm_locust.master.shipping import RecordShipper, RowShipper
 from llm_locust.master.workerloss import WorkerLossWatch, install_process_reporting
 from llm_locust.master.workerwait import wait_for_workers
 from llm_locust.options import add_options, validate_options
+from llm_locust.parentdeath import terminate_self, watch_parent
 from llm_locust.preload import preload_modules
 from llm_locust.wallclock import local_wall_s
 
@@ -357,6 +359,8 @@ def install(events) -> None:
     def _on_init(environment, **_kwargs) -> None:
         from locust.runners import MasterRunner, WorkerRunner
 
+        watch_parent(terminate_self)  # started by a launcher: end with it, however it dies
+
         if isinstance(environment.runner, MasterRunner):
             ClockResponder(environment)
             install_prompt_quit(environment)  # its end: the workers' answers, not 3 x 0.5 s
@@ -376,6 +380,7 @@ def install(events) -> None:
             logger.info("llm-locust worker %s (pid %d)", environment.runner.client_id, os.getpid())
             install_default_args_cache()  # a spawn message costs one parser build, not ~90
             WorkerClock(environment)  # records placed on the master's clock (client/clock.py)
+            MasterSilenceWatch(environment)  # a master gone silent: quit in seconds, not Locust's minute
             environment.llm_record_shipper = RecordShipper(environment, None)  # --records-window: read per report
             install_cpu_reporting(environment)
             install_process_reporting(environment)

@@ -46,6 +46,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from llm_locust.auth import API_KEY_ENV  # os and sys only: nothing before Locust's patching
+from llm_locust.parentdeath import PARENT_ENV, end_with_parent  # os, signal, sys: nothing gevent patches
 
 PRELOADED = ("llm_locust.plugin", "llm_locust.client.user")
 """What ``--plugin`` imports before the command line: what every ready locustfile imports
@@ -149,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     ----------
     argv : list of str, optional
         This module's own flags (default ``sys.argv[1:]``): ``--plugin``, and ``--master`` or
-        ``--worker``, the role the launcher will give it (shown by ``ps`` from the start).
+        ``--worker``, the role the launcher will give it (shown by ``ps`` from the start), and
+        ``--parent-pid=PID``: the launcher's process id; this process (and each worker it forks,
+        with the master for parent) then ends when its parent does
+        (:func:`llm_locust.parentdeath.end_with_parent`: SIGTERM, a master's graceful stop).
 
     Returns
     -------
@@ -157,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         0 when the launcher sent no line (nothing was run).
     """
     flags = sys.argv[1:] if argv is None else argv
+    parent_pid = _parent_pid(flags)
+    if parent_pid is not None:  # before anything else: a launcher killed meanwhile ends this process too
+        end_with_parent(parent_pid)
     try:
         with entry_points_read_once():
             import locust  # gevent's monkey-patching, first, as in `python -m locust`
@@ -177,13 +184,15 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[API_KEY_ENV] = message["api_key"]
     workers = message.get("workers", [])
     if workers:
-        pids = []
+        pids, master_pid = [], os.getpid()
         for worker in workers:
             try:
                 pid = os.fork()
             except OSError:  # no room for another process: the launcher starts the rest itself
                 break
             if pid == 0:  # the child: a worker, never back in this loop
+                end_with_parent(master_pid)  # its parent is this master (a fork clears the request)
+                os.environ[PARENT_ENV] = str(master_pid)
                 _show_as_worker()
                 _become_locust(worker["argv"], worker["log"], imported=imported, master=False)
                 sys.exit(0)
@@ -191,6 +200,21 @@ def main(argv: list[str] | None = None) -> int:
         os.write(1, json.dumps({"workers": pids}).encode() + b"\n")
     _become_locust(message["argv"], message["log"], imported=imported, master="--master" in flags)
     return 0
+
+
+PARENT_FLAG = "--parent-pid="
+
+
+def _parent_pid(flags: list[str]) -> int | None:
+    """The launcher's process id from ``--parent-pid=PID`` in ``flags``, or None.
+
+    >>> _parent_pid(["--plugin", "--parent-pid=42", "--master"])
+    42
+    """
+    for flag in flags:
+        if flag.startswith(PARENT_FLAG) and flag[len(PARENT_FLAG) :].isdigit():
+            return int(flag[len(PARENT_FLAG) :])
+    return None
 
 
 def _show_as_worker() -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import requests
 
+from llm_locust.parentdeath import command_ending_with_this_process
 from llm_locust.run.launcher import STOPPED_CODES, SigtermAsInterrupt, free_port, stop_process
 
 SIM_MODEL = "sim-llama"
@@ -57,9 +58,10 @@ def start_sim_server(*, port: int, max_num_seqs: int, log_path: Path, extra: lis
     RuntimeError
         The server exited, or did not answer 200 within 30 s (it is stopped first).
     """
-    process = subprocess.Popen(
-        [sys.executable, "-m", "llm_locust.simserver", "--listen", "127.0.0.1", "--port", str(port),
-         "--max-num-seqs", str(max_num_seqs), "--model-name", SIM_MODEL, "--stats-log", str(log_path), *extra],
+    process = subprocess.Popen(  # it ends with this process, however that one dies (parentdeath.py)
+        command_ending_with_this_process(
+            [sys.executable, "-m", "llm_locust.simserver", "--listen", "127.0.0.1", "--port", str(port),
+             "--max-num-seqs", str(max_num_seqs), "--model-name", SIM_MODEL, "--stats-log", str(log_path), *extra]),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S

@@ -4,7 +4,8 @@ This is Locust's own master/worker mode (ZeroMQ on loopback), started as separat
 not a distribution layer of ours: the same locustfile and flags work with workers on other
 machines (``locust -f … --worker --master-host …``) or in Kubernetes (``k8s/``).
 
-Every process this module starts is stopped by it, by PID, if it is still running at the end.
+Every process this module starts is stopped by it, by PID, if it is still running at the end,
+and ends by itself when this process dies without stopping it (``kill -9``: :mod:`llm_locust.parentdeath`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llm_locust.auth import api_key_out_of_argv, child_env
-from llm_locust.run.boot import go_message
+from llm_locust.parentdeath import PARENT_ENV, command_ending_with_this_process
+from llm_locust.run.boot import PARENT_FLAG, go_message
 from llm_locust.run.progress import RunProgress, plan_of
 
 GRACE_S = 30.0
@@ -258,7 +260,8 @@ class BootedLocust:
     fork_workers : int
         Workers the master is to fork (``workers`` when forking, else 0).
 
-    Every process is in a session of its own (a terminal's Ctrl-C reaches only the launcher) and
+    Every process is in a session of its own (a terminal's Ctrl-C reaches only the launcher), ends
+    when this process ends however it died (``--parent-pid``: :mod:`llm_locust.parentdeath`) and
     inherits the launcher's environment; none sends anything before :meth:`go`. Its command line
     names its role (``--master`` or ``--worker``) from the start (a forked worker keeps its
     master's).
@@ -267,7 +270,8 @@ class BootedLocust:
     def __init__(self, workers: int, *, plugin: bool, fork: bool | None = None) -> None:
         fork = can_watch_forked() if fork is None else fork
         self.fork_workers = workers if fork else 0
-        command = [sys.executable, "-m", "llm_locust.run.boot", *(["--plugin"] if plugin else [])]
+        command = [sys.executable, "-m", "llm_locust.run.boot", *(["--plugin"] if plugin else []),
+                   f"{PARENT_FLAG}{os.getpid()}"]  # fmt: skip
         self.master: subprocess.Popen | None = self._start([*command, "--master"], pipe_out=bool(self.fork_workers))
         self.workers = [] if fork else [self._start([*command, "--worker"]) for _ in range(workers)]
 
@@ -275,6 +279,7 @@ class BootedLocust:
     def _start(command: list[str], *, pipe_out: bool = False) -> subprocess.Popen:
         return subprocess.Popen(
             command,
+            env={**os.environ, PARENT_ENV: str(os.getpid())},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE if pipe_out else subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -544,8 +549,9 @@ def _start_locust(
     log = open(log_path, "w")
     logs.append(log)
     return subprocess.Popen(
-        command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-    )
+        command_ending_with_this_process(command),
+        env={**env, PARENT_ENV: str(os.getpid())}, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
 
 
 def _start_and_wait(

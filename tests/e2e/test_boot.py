@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 
@@ -72,7 +71,7 @@ def test_a_booted_master_forks_its_workers_each_with_its_own_log_and_they_are_wa
     assert booted.fork_workers == 2 and booted.workers == [] and booted.take_worker() is None
     master = booted.take_master()
     assert master is not None
-    # a worker with no master keeps trying to connect: alive until it is told to stop
+    # a worker with no master would keep trying to connect; it ends with the master that forked it
     port = free_port()
     locustfile = _locustfile(tmp_path)
     waiting = [*LOCUST, "-f", str(locustfile), "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
@@ -90,20 +89,10 @@ def test_a_booted_master_forks_its_workers_each_with_its_own_log_and_they_are_wa
         assert master.wait(timeout=60) == 0  # the master's own line: --version, then exit
         assert (tmp_path / "m.log").read_text().startswith("locust 2.")
         for worker in workers:
-            assert worker.poll() is None  # still trying to reach its master
             with pytest.raises(ChildProcessError):  # not this process's child: the master's
                 os.waitpid(worker.pid, os.WNOHANG)
-            with pytest.raises(subprocess.TimeoutExpired):
-                worker.wait(timeout=0.2)
-        deadline = time.monotonic() + 60
-        while not all(log.exists() and "Starting Locust" in log.read_text() for log in logs):
-            assert time.monotonic() < deadline, [log.read_text() if log.exists() else None for log in logs]
-            time.sleep(0.1)
-        workers[0].terminate()
-        assert workers[0].wait(timeout=30) == ForkedProcess.ENDED and workers[0].poll() == ForkedProcess.ENDED
-        assert workers[1].poll() is None  # the signal went to that process only
-        workers[1].kill()
-        workers[1].wait(timeout=30)
+            # a forked worker ends with its master (llm_locust/parentdeath.py), seen through its pidfd
+            assert worker.wait(timeout=15) == ForkedProcess.ENDED and worker.poll() == ForkedProcess.ENDED
         workers[1].kill()  # ended: nothing to signal, no error
     finally:
         booted.cancel()
