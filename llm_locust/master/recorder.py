@@ -43,6 +43,7 @@ from llm_locust.master.scraper import MetricsScraper
 from llm_locust.master.servercapture import ServerCapture
 from llm_locust.master.shipping import RecordShipper, RowShipper
 from llm_locust.master.workerloss import WorkerLossWatch, install_process_reporting
+from llm_locust.master.workerready import ReadyGate, announce_ready, slow_init_for_tests
 from llm_locust.master.workerwait import wait_for_workers
 from llm_locust.options import add_options, validate_options
 from llm_locust.parentdeath import terminate_self, watch_parent
@@ -362,6 +363,7 @@ def install(events) -> None:
         watch_parent(terminate_self)  # started by a launcher: end with it, however it dies
 
         if isinstance(environment.runner, MasterRunner):
+            ReadyGate(environment)  # its test_start listener before the recorder's: no load before the workers' init
             ClockResponder(environment)
             install_prompt_quit(environment)  # its end: the workers' answers, not 3 x 0.5 s
 
@@ -376,6 +378,7 @@ def install(events) -> None:
             _sigterm_as_interrupt()
             environment.events.quitting.add_listener(_interrupted_is_no_error)
         if isinstance(environment.runner, WorkerRunner):
+            slow_init_for_tests()
             # the name run.json's workers_lost and the per-worker table give it, in its own log
             logger.info("llm-locust worker %s (pid %d)", environment.runner.client_id, os.getpid())
             install_default_args_cache()  # a spawn message costs one parser build, not ~90
@@ -385,6 +388,7 @@ def install(events) -> None:
             install_cpu_reporting(environment)
             install_process_reporting(environment)
             ClientLoadSampler(environment, RowShipper(environment, LOAD_KEY, None))
+            announce_ready(environment)  # last: the master sends users only after this
         elif environment.parsed_options is not None and environment.parsed_options.run_dir:
             environment.llm_recorder = RunRecorder(environment)
         if not isinstance(environment.runner, WorkerRunner) and getattr(environment, "web_ui", None) is not None:
