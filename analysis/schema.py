@@ -259,7 +259,7 @@ RUN_JSON_KEYS: dict[str, str] = {
     "host": "str: target URL",
     "model": "str or null: model name (--model, or the server's first served model)",
     "workload": "object: protocol, max_tokens, ignore_eos, temperature, prompt_set_sha256, prompts, ...",
-    "shape": "object: kind, warmup_s, dwell_s, steps [{index, users, start_s, end_s (null if cut), "
+    "shape": "object: kind, warmup_s, dwell_s, steps [{index, users, start_s, end_s (null if cut), duration_s (end_s - start_s, s; absent while open), "
     "rate_rps (rate runs)}]; a rate run adds rates, arrival, burstiness, seed, max_users, workers",
     "metrics_urls": "list of str: Prometheus endpoints scraped",
     "scrape_interval_s": "float: scrape period, s",

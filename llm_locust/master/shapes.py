@@ -86,12 +86,18 @@ class _RecordingShape(LoadTestShape):
         if len(self.steps) <= index:
             now = local_wall_s() if start_s is None else start_s
             if self.steps:
-                self.steps[-1]["end_s"] = now
+                self._end_step(now)
             self.steps.append({"index": index, "users": users, "start_s": now, "end_s": None, **extra})
+
+    def _end_step(self, end_s: float) -> None:
+        """End the last step at ``end_s`` (wall clock); its ``duration_s`` is the length it held, s."""
+        step = self.steps[-1]
+        step["end_s"] = end_s
+        step["duration_s"] = round(end_s - step["start_s"], 6)
 
     def _finish(self, end_s: float | None = None) -> None:
         if self.steps and self.steps[-1]["end_s"] is None:
-            self.steps[-1]["end_s"] = local_wall_s() if end_s is None else end_s
+            self._end_step(local_wall_s() if end_s is None else end_s)
 
     def _drain(self, drain_time_s: float, drain_s: float):
         """After the last step: let in-flight requests finish (and be recorded), then stop.
