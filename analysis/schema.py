@@ -262,6 +262,11 @@ RUN_JSON_KEYS: dict[str, str] = {
     "shape": "object: kind, warmup_s, dwell_s, steps [{index, users, start_s, end_s (null if cut), duration_s (end_s - start_s, s; absent while open), "
     "rate_rps (rate runs)}]; a rate run adds rates, arrival, burstiness, seed, max_users, workers",
     "metrics_urls": "list of str: Prometheus endpoints scraped",
+    "metrics_sources": "list of {name, url, origin}: each endpoint's name in the report (--server-metrics-url "
+    "NAME=URL, else host:port) and why it was scraped (--metrics-url, --server-metrics-url, default HOST/metrics); "
+    "optional (older runs: names from the URLs)",
+    "metrics_duplicates": "list of {url, same_as, by}: endpoints found to reach the same server as another "
+    "(by its process_start_time_seconds or its counters' _created times) and scraped no further (optional)",
     "scrape_interval_s": "float: scrape period, s",
     "scrape_timeout_s": "float: longest wait for one scrape, s",
     "scrape_max_bytes": "int: largest /metrics body read, bytes",
@@ -288,3 +293,38 @@ and ``started_at_s`` and tolerates missing others."""
 
 RUN_JSON_REQUIRED: tuple[str, ...] = ("schema_version", "started_at_s")
 """``run.json`` keys without which a run directory does not load."""
+
+
+def source_names(urls: list[str], given: dict[str, str] | None = None) -> dict[str, str]:
+    """The name of each scraped ``/metrics`` URL (``server_metrics.csv``'s ``source``): the one
+    ``given`` (run.json ``metrics_sources``, from ``--server-metrics-url NAME=URL``), else its
+    ``host:port``, else (two URLs on one ``host:port``) ``host:port/path``.
+
+    Raises
+    ------
+    ValueError
+        Two URLs end up with the same name.
+
+    >>> source_names(["http://127.0.0.1:8001/metrics", "http://127.0.0.1:8002/metrics"])
+    {'http://127.0.0.1:8001/metrics': '127.0.0.1:8001', 'http://127.0.0.1:8002/metrics': '127.0.0.1:8002'}
+    >>> source_names(["http://h:1/a", "http://h:1/b"], {"http://h:1/b": "gpu"})
+    {'http://h:1/a': 'h:1', 'http://h:1/b': 'gpu'}
+    """
+    from urllib.parse import urlsplit
+
+    given = given or {}
+    netloc = {url: (urlsplit(url).netloc or url) for url in urls}
+    auto = [netloc[url] for url in urls if url not in given]
+    names = {}
+    for url in urls:
+        if url in given:
+            names[url] = given[url]
+        elif auto.count(netloc[url]) > 1 or netloc[url] in given.values():
+            names[url] = netloc[url] + urlsplit(url).path
+        else:
+            names[url] = netloc[url]
+    taken = list(names.values())
+    for name in taken:
+        if taken.count(name) > 1:
+            raise ValueError(f"two metrics endpoints are named {name!r}: give each its own NAME=URL")
+    return names

@@ -133,6 +133,23 @@ def rate_ladder(options) -> list[float]:
         raise ValueError(f"--rates: {exc}") from None
 
 
+def split_named_url(item: str) -> tuple[str, str]:
+    """``"a=http://h:1/metrics"`` -> ``("a", "http://h:1/metrics")``; a plain URL -> ``("", url)``.
+
+    A name is what comes before the first ``=`` when the rest starts with ``http://`` or
+    ``https://`` (a ``=`` inside a URL's query is no name).
+
+    >>> split_named_url("gpu0=http://h:1/metrics")
+    ('gpu0', 'http://h:1/metrics')
+    >>> split_named_url("http://h:1/metrics?x=1")
+    ('', 'http://h:1/metrics?x=1')
+    """
+    name, sep, rest = item.partition("=")
+    if sep and name and "/" not in name and rest.lower().startswith(("http://", "https://")):
+        return name.strip(), rest.strip()
+    return "", item.strip()
+
+
 def validate_options(options) -> None:
     """Check llm-locust's options together (what one flag's type cannot): the one check shared by
     ``llm-locust run`` (before any process starts), the load shapes and plain ``locust -f``.
@@ -185,6 +202,14 @@ def validate_options(options) -> None:
         if get("server_log"):
             raise ValueError("--server-log and --server-log-cmd: give one of them (one server log per run)")
         parse_log_command(get("server_log_cmd"))
+    if get("server_metrics_url"):
+        from analysis.schema import source_names
+
+        pairs = [split_named_url(p) for item in get("server_metrics_url") for p in item.split(",") if p.strip()]
+        try:
+            source_names([url for _, url in pairs], {url: name for name, url in pairs if name})
+        except ValueError as exc:
+            raise ValueError(f"--server-metrics-url: {exc}") from None
     warmup_s, dwell_s = get("warmup_s"), get("dwell_s")
     if warmup_s is not None and dwell_s is not None and not warmup_s < dwell_s:
         raise ValueError(f"--warmup-s ({warmup_s}) must be shorter than --dwell-s ({dwell_s})")
@@ -486,8 +511,9 @@ def add_server_options(group) -> None:
     )  # fmt: skip
     group.add_argument(
         "--server-metrics-url", action="append", default=[], metavar="URL",
-        help="Another Prometheus endpoint to scrape with --metrics-url's (repeatable or "
-             "comma-separated: a second engine, a GPU exporter); every sample is kept",
+        help="A Prometheus endpoint to scrape, URL or NAME=URL (repeatable or comma-separated: each "
+             "replica behind a gateway, a GPU exporter); replaces the default HOST/metrics, adds to "
+             "--metrics-url; an endpoint that reaches the same server as another is scraped once",
     )  # fmt: skip
     group.add_argument(
         "--server-log-format", default="", metavar="FILE",

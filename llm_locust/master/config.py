@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from analysis.schema import source_names
 from llm_locust.client.config import client_workload_meta
 from llm_locust.master.scraper import DEFAULT_MAX_BYTES, default_timeout_s
-from llm_locust.options import validate_options
+from llm_locust.options import split_named_url, validate_options
 
 
 def parse_labels(pairs: list[str]) -> dict[str, str]:
@@ -109,20 +110,65 @@ class MasterConfig:
         )  # fmt: skip
 
 
-def metrics_urls(config, host: str | None) -> list[str]:
-    """Endpoints to scrape: ``--metrics-url`` (comma-separated), default ``HOST/metrics``, 'none'
-    for none; then every ``--server-metrics-url`` (repeatable, comma-separated), without repeats.
+@dataclass(frozen=True, kw_only=True)
+class MetricsTarget:
+    """One Prometheus endpoint the run scrapes, and why.
+
+    Attributes
+    ----------
+    name : str
+        Its label in the run directory and the report: the ``NAME`` of ``--server-metrics-url
+        NAME=URL``, else the URL's ``host:port`` (:func:`analysis.schema.source_names`).
+    url : str
+    origin : str
+        ``"--metrics-url"``, ``"--server-metrics-url"`` or ``"default"`` (``HOST/metrics``).
+    """
+
+    name: str
+    url: str
+    origin: str
+
+    def to_json(self) -> dict:
+        """run.json ``metrics_sources`` item."""
+        return {"name": self.name, "url": self.url, "origin": self.origin}
+
+
+def metrics_targets(config, host: str | None) -> list[MetricsTarget]:
+    """Endpoints to scrape, each with its name and origin.
+
+    ``--metrics-url`` (comma-separated; ``none`` for none) when given; else every
+    ``--server-metrics-url`` (repeatable, comma-separated, each ``URL`` or ``NAME=URL``) **instead
+    of** the default ``HOST/metrics`` (a gateway's ``/metrics`` reaches one backend or another:
+    scraped beside the backends, one server would be counted twice); ``HOST/metrics`` only when
+    neither is given. ``--server-metrics-url`` given with ``--metrics-url`` adds to it. Without
+    repeats (the first occurrence of a URL is kept).
 
     ``config`` is a :class:`MasterConfig` (or anything with its ``metrics_url`` and
     ``server_metrics_url``).
+
+    Raises
+    ------
+    ValueError
+        Two endpoints given the same name (:func:`analysis.schema.source_names`).
     """
+    explicit = []
     value = config.metrics_url.strip()
-    if value.lower() == "none":
-        urls = []
-    elif value:
-        urls = [url.strip() for url in value.split(",") if url.strip()]
-    else:
-        urls = [host.rstrip("/") + "/metrics"] if host else []
-    for item in config.server_metrics_url or ():
-        urls += [url.strip() for url in item.split(",") if url.strip()]
-    return list(dict.fromkeys(urls))
+    if value and value.lower() != "none":
+        explicit = [("", url.strip(), "--metrics-url") for url in value.split(",") if url.strip()]
+    extra = [
+        (*split_named_url(part), "--server-metrics-url")
+        for item in config.server_metrics_url or ()
+        for part in item.split(",")
+        if part.strip()
+    ]
+    chosen = explicit + extra
+    if not value and not extra and host:
+        chosen = [("", host.rstrip("/") + "/metrics", "default")]
+    unique = list({url: (name, url, origin) for name, url, origin in reversed(chosen)}.values())[::-1]
+    names = source_names([url for _, url, _ in unique], {url: name for name, url, _ in unique if name})
+    return [MetricsTarget(name=names[url], url=url, origin=origin) for _, url, origin in unique]
+
+
+def metrics_urls(config, host: str | None) -> list[str]:
+    """The URLs of :func:`metrics_targets`, in order."""
+    return [target.url for target in metrics_targets(config, host)]

@@ -36,7 +36,7 @@ from llm_locust.client.models import first_served_model, host_problem
 from llm_locust.client.prompts import load_prompts, prompt_set_sha256
 from llm_locust.client.spawncache import install_default_args_cache
 from llm_locust.master.clocksync import ClockResponder
-from llm_locust.master.config import MasterConfig, metrics_urls, parse_labels
+from llm_locust.master.config import MasterConfig, metrics_targets, metrics_urls, parse_labels
 from llm_locust.master.promptquit import install_final_stats_csv, install_prompt_quit
 from llm_locust.master.rundir import RunDirectory
 from llm_locust.master.scraper import MetricsScraper
@@ -187,6 +187,8 @@ class RunRecorder:
         config = self.config = MasterConfig.from_options(environment.parsed_options)
         self.run_dir = RunDirectory(self.run_dir_path)
         prompts = load_prompts(config.prompts_file or None)
+        targets = metrics_targets(config, environment.host)
+        _log_targets(targets, environment.host)
         model = config.model
         if not model and environment.host:
             try:
@@ -209,7 +211,8 @@ class RunRecorder:
                 **config.workload_meta,
             },
             "shape": {"kind": "none", "steps": []},
-            "metrics_urls": metrics_urls(config, environment.host),
+            "metrics_urls": [t.url for t in targets],
+            "metrics_sources": [t.to_json() for t in targets],
             "scrape_interval_s": config.scrape_interval_s,
             "scrape_timeout_s": config.scrape_timeout_s,
             "scrape_max_bytes": config.scrape_max_bytes,
@@ -236,9 +239,15 @@ class RunRecorder:
                 outcome_sink=self.run_dir.server_scrapes.write_rows,
             )
             self.scraper.extra_sinks = self.server_sinks
+            self.scraper.on_duplicate = self._on_duplicate
             self.scraper.start()
         if self.worker_loss is not None:
             self.worker_loss.start()
+
+    def _on_duplicate(self, found: dict) -> None:
+        """An endpoint reaches the same server as another: run.json says so at once."""
+        self.meta.setdefault("metrics_duplicates", []).append(dict(found))
+        self._refresh_meta()
 
     def _on_spawning_complete(self, user_count, **_kwargs) -> None:
         if self.run_dir is not None:  # a ladder step began: record its start in run.json now
@@ -343,6 +352,19 @@ class RunRecorder:
             logger.exception("could not write client_report.json")
             return
         print(format_summary(report, self.meta.get("started_at_s")), flush=True)
+
+
+def _log_targets(targets, host: str | None) -> None:
+    """Say which ``/metrics`` endpoints the run scrapes, and why (the default ``HOST/metrics``
+    replaced by ``--server-metrics-url``, :func:`~llm_locust.master.config.metrics_targets`)."""
+    if not targets:
+        logger.info("server metrics: none scraped")
+        return
+    named = ", ".join(t.url if t.name == t.url else f"{t.name} = {t.url}" for t in targets)
+    why = ""
+    if host and all(t.origin == "--server-metrics-url" for t in targets):
+        why = f" (--server-metrics-url replaces the default {host.rstrip('/')}/metrics)"
+    logger.info("server metrics: scraping %s%s", named, why)
 
 
 def install(events) -> None:

@@ -18,6 +18,15 @@ every sample becomes a long-format row ``(t_s, source, metric, labels_json, valu
 ``_bucket`` and ``_created`` samples are dropped (``_sum``/``_count`` are kept): they are most of a
 vLLM scrape and nothing here reads them.
 
+**One server scraped once.** Each successful scrape also reads the server's identity
+(:func:`server_identity`: ``process_start_time_seconds`` and the counters' ``_created`` times, the
+instants its process and its metrics were born). Two endpoints whose identities are equal reach
+the same server (a gateway and the backend behind it, two names of one host): the one listed
+later is a duplicate: its samples are not kept, it is scraped no further, and it is said once
+(logged, and in :attr:`MetricsScraper.duplicates` for run.json). A server that exposes neither
+(llama.cpp) has no identity here; the analysis then compares the sources' counters
+(:mod:`analysis.server.replicas`).
+
 Every attempt, good or failed, is one :class:`ScrapeOutcome` (a row of ``server_scrapes.csv``,
 :data:`analysis.schema.SCRAPE_COLUMNS`): the analysis ends a held value where a scrape of its source failed. A
 failure is one of :class:`analysis.schema.ScrapeErrorKind`, logged once per endpoint and kind, counted per
@@ -120,6 +129,41 @@ class ScrapeFailed(Exception):
         self.kind, self.status_code, self.n_bytes = kind, status_code, n_bytes
 
 
+IDENTITY_SAMPLES = ("process_start_time_seconds",)
+"""Gauges whose value names one server process (prometheus_client's process collector: vLLM,
+SGLang, TGI's Python side...)."""
+
+
+def server_identity(text: str) -> tuple:
+    """What names the server behind one ``/metrics`` body: ``process_start_time_seconds`` and every
+    counter's ``_created`` time (both fixed for a process's life), as sorted ``(name, labels,
+    value)``; ``()`` when the body has neither (llama.cpp).
+
+    Raises
+    ------
+    ValueError
+        The text is not valid exposition format (from prometheus_client's parser).
+
+    >>> server_identity("process_start_time_seconds 1.5e9")
+    (('process_start_time_seconds', '{}', 1500000000.0),)
+    >>> server_identity("llamacpp:requests_processing 2")
+    ()
+    """
+    return _parse_text(text, t_s=0.0, source="")[1]
+
+
+def _parse_text(text: str, *, t_s: float, source: str) -> tuple[list[tuple], tuple]:
+    rows, identity = [], []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in IDENTITY_SAMPLES or sample.name.endswith("_created"):
+                identity.append((sample.name, json.dumps(sample.labels, sort_keys=True), float(sample.value)))
+            if sample.name.endswith(DROPPED_SUFFIXES):
+                continue
+            rows.append((t_s, source, sample.name, json.dumps(sample.labels, sort_keys=True), float(sample.value)))
+    return rows, tuple(sorted(identity))
+
+
 def samples_to_rows(text: str, *, t_s: float, source: str) -> list[tuple]:
     """Turn one Prometheus text exposition into long-format rows.
 
@@ -142,20 +186,15 @@ def samples_to_rows(text: str, *, t_s: float, source: str) -> list[tuple]:
     ValueError
         The text is not valid exposition format (from prometheus_client's parser).
     """
-    rows = []
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name.endswith(DROPPED_SUFFIXES):
-                continue
-            rows.append((t_s, source, sample.name, json.dumps(sample.labels, sort_keys=True), float(sample.value)))
-    return rows
+    return _parse_text(text, t_s=t_s, source=source)[0]
 
 
-def _parse(text_bytes: bytes, t_s: float, source: str) -> list[tuple]:
-    """:func:`samples_to_rows` of a body; any failure of the parser is :class:`ScrapeFailed`
-    (prometheus_client raises ValueError for most bad input, but not only that)."""
+def _parse(text_bytes: bytes, t_s: float, source: str) -> tuple[list[tuple], tuple]:
+    """Rows (:func:`samples_to_rows`) and identity (:func:`server_identity`) of a body; any failure
+    of the parser is :class:`ScrapeFailed` (prometheus_client raises ValueError for most bad
+    input, but not only that)."""
     try:
-        return samples_to_rows(text_bytes.decode("utf-8"), t_s=t_s, source=source)
+        return _parse_text(text_bytes.decode("utf-8"), t_s=t_s, source=source)
     except Exception as exc:
         raise ScrapeFailed(
             ScrapeErrorKind.NOT_PROMETHEUS, f"{type(exc).__name__}: {str(exc)[:200]}", n_bytes=len(text_bytes)
@@ -258,7 +297,9 @@ class MetricsScraper:
 
     ``extra_sinks`` (a list, empty at first) also receive every scrape's rows, after ``sink``; a
     failing extra sink is logged and never stops scraping. ``counts[url]`` counts ``ok`` and each
-    failure kind.
+    failure kind. ``duplicates`` lists ``{"url", "same_as", "by"}`` for each endpoint found to
+    reach the same server as one listed before it (module docstring); ``on_duplicate`` (a
+    callable taking that dict, optional) is called once for each.
     """
 
     def __init__(
@@ -294,6 +335,9 @@ class MetricsScraper:
         """Endpoints whose first scrape answered :data:`ABSENT_STATUSES` (no success before):
         URL -> status; not scraped again."""
         self._greenlets: list[gevent.Greenlet] = []
+        self._identity: dict[str, tuple] = {}
+        self.duplicates: list[dict] = []
+        self.on_duplicate: Callable[[dict], None] | None = None
 
     @property
     def scrapes(self) -> int:
@@ -325,7 +369,9 @@ class MetricsScraper:
             status, body = fetch_body(url, headers=self.headers, timeout_s=self.timeout_s, max_bytes=self.max_bytes)
             n_bytes = len(body)
             # parse off the event loop: a body of up to max_bytes takes a while in pure Python
-            rows = gevent.get_hub().threadpool.apply(_parse, (body, t_s, url))
+            rows, identity = gevent.get_hub().threadpool.apply(_parse, (body, t_s, url))
+            if self._is_duplicate(url, identity):
+                rows = []
             outcome = ScrapeOutcome(
                 t_s=t_s,
                 source=url,
@@ -349,7 +395,7 @@ class MetricsScraper:
             )
             self._warn(url, exc)
         self._record(outcome)
-        if rows is not None:
+        if rows:
             self._deliver(rows)
         return outcome
 
@@ -366,6 +412,35 @@ class MetricsScraper:
             url, outcome.status_code,
         )  # fmt: skip
         return True
+
+    def is_duplicate(self, url: str) -> bool:
+        """True once ``url`` was found to reach the same server as an endpoint listed before it."""
+        return any(d["url"] == url for d in self.duplicates)
+
+    def _is_duplicate(self, url: str, identity: tuple) -> bool:
+        """Record ``url``'s identity; True (and said once) when an endpoint listed before it has the
+        same one."""
+        if self.is_duplicate(url):
+            return True
+        if not identity:
+            return False
+        self._identity[url] = identity
+        order = {u: i for i, u in enumerate(self.urls)}
+        for other, theirs in self._identity.items():
+            if other == url or theirs != identity or self.is_duplicate(other):
+                continue
+            first, later = sorted((url, other), key=lambda u: order.get(u, len(order)))
+            by = "process_start_time_seconds" if any(n in IDENTITY_SAMPLES for n, _, _ in identity) else "_created"
+            found = {"url": later, "same_as": first, "by": by}
+            self.duplicates.append(found)
+            logger.warning(
+                "%s reaches the same server as %s (same %s): scraped once, from %s; its samples are not kept",
+                later, first, by, first,
+            )  # fmt: skip
+            if self.on_duplicate is not None:
+                self.on_duplicate(found)
+            return later == url
+        return False
 
     def _warn(self, url: str, exc: ScrapeFailed) -> None:
         if (
@@ -398,7 +473,7 @@ class MetricsScraper:
     def _loop(self, url: str) -> None:
         rng = random.Random()
         next_t = time.monotonic()
-        while True:
+        while not self.is_duplicate(url):
             try:
                 if self._detect_absent(url, self.scrape(url)):
                     return

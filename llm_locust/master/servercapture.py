@@ -6,7 +6,9 @@
   ``ssh host tail -F …``) followed the same way (:class:`~llm_locust.master.logcmd.CommandLogFollower`);
 - ``--server-log-format FILE``: copied as ``server_log_format.toml``;
 - ``GET /props`` (llama.cpp) and ``GET /info`` (TGI): their JSON bodies, when the server answers
-  them, in ``server_info.json`` (the slot count and batch settings the server reports);
+  them, in ``server_info.json`` (the slot count and batch settings the server reports), asked of
+  the host and of every scraped ``/metrics`` endpoint's own ``scheme://host:port`` (each replica
+  behind a gateway says its own slots);
 - ``run.json`` gains ``server_log`` (the followed path) or ``server_log_cmd``, ``server_log_format`` and
   ``utc_offset_s`` (the master's UTC offset: the default zone of log stamps that carry none).
 """
@@ -20,11 +22,12 @@ import time
 from pathlib import Path
 
 import gevent
+import gevent.pool
 import requests
 
 from analysis.schema import SERVER_INFO, SERVER_LOG_FORMAT
 from llm_locust.auth import auth_headers
-from llm_locust.master.config import MasterConfig
+from llm_locust.master.config import MasterConfig, metrics_urls
 from llm_locust.master.logcmd import CommandLogFollower
 from llm_locust.master.logfollow import LogFollower
 
@@ -51,6 +54,20 @@ def fetch_server_info(host: str, *, headers: dict | None = None) -> dict:
     return found
 
 
+def info_bases(config: MasterConfig, host: str | None) -> list[str]:
+    """``scheme://host:port`` of every ``/metrics`` endpoint scraped that is not the host's own."""
+    from urllib.parse import urlsplit
+
+    own = host.rstrip("/") if host else ""
+    bases = []
+    for url in metrics_urls(config, host):
+        parts = urlsplit(url)
+        base = f"{parts.scheme}://{parts.netloc}"
+        if parts.scheme and parts.netloc and base != own:
+            bases.append(base)
+    return list(dict.fromkeys(bases))
+
+
 class ServerCapture:
     """Starts and stops the capture of one run (see the module docstring).
 
@@ -60,7 +77,7 @@ class ServerCapture:
         The run's :class:`~llm_locust.master.config.MasterConfig` (``server_log``,
         ``server_log_cmd``, ``server_log_format``, ``api_key``).
     host : str or None
-        The target (for ``/props`` and ``/info``).
+        The target (for ``/props`` and ``/info``; also asked of each ``/metrics`` endpoint's base).
     run_dir : Path
 
     Raises
@@ -89,7 +106,7 @@ class ServerCapture:
             shutil.copyfile(fmt, self.run_dir / SERVER_LOG_FORMAT)
             self.meta["server_log_format"] = str(fmt)
         self._headers = auth_headers(config.api_key)
-        self._host = host
+        self._bases = list(dict.fromkeys([*([host.rstrip("/")] if host else []), *info_bases(config, host)]))
         self._info: gevent.Greenlet | None = None
         self._stopped = False
 
@@ -97,11 +114,12 @@ class ServerCapture:
         """Start following the log and fetch the server's info endpoints in the background."""
         if self.follower is not None:
             self.follower.start()
-        if self._host:
+        if self._bases:
             self._info = gevent.spawn(self._write_info)
 
     def _write_info(self) -> None:
-        info = fetch_server_info(self._host, headers=self._headers)
+        found = gevent.pool.Group().map(lambda base: fetch_server_info(base, headers=self._headers), self._bases)
+        info = {url: body for part in found for url, body in part.items()}
         if info:
             (self.run_dir / SERVER_INFO).write_text(json.dumps(info, indent=2) + "\n")
 
@@ -111,7 +129,7 @@ class ServerCapture:
             return
         self._stopped = True
         if self._info is not None:
-            self._info.join(timeout=2 * INFO_TIMEOUT_S * len(INFO_PATHS))
+            self._info.join(timeout=2 * INFO_TIMEOUT_S * len(INFO_PATHS))  # the bases are asked at once
             self._info = None
         if self.follower is not None:
             self.follower.stop()

@@ -225,3 +225,28 @@ def test_a_404_after_a_success_is_a_failed_scrape_and_scraping_goes_on(scripted_
     kinds = [r["error_kind"] for r in as_dicts(outcomes)]
     assert kinds[0] == "" or kinds[0] is None
     assert len(kinds) >= 3 and not scraper.absent
+
+
+def identity_text(start_s: float) -> str:
+    return METRICS_TEXT + f"# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds {start_s}\n"
+
+
+def test_two_urls_of_one_server_are_scraped_once_and_said_once(scripted_server):
+    url, _ = scripted_server({"writes": body_script(identity_text(1.7e9))})
+    other, _ = scripted_server({"writes": body_script(identity_text(1.7e9 + 3.25))})
+    first, again = url + "/metrics", url + "/metrics?via=gateway"  # two URLs, one server process
+    scraper, rows, _ = make_scraper([first, again, other + "/metrics"], interval_s=0.2)
+    said = []
+    scraper.on_duplicate = said.append
+    scraper.start()
+    gevent.sleep(1.5)
+    scraper.stop()
+    assert said == [{"url": again, "same_as": first, "by": "process_start_time_seconds"}]
+    assert scraper.duplicates == said
+    sources = [row[1] for row in rows]
+    per_scrape = len(SERVED) + 1  # running, waiting, process_start_time_seconds
+    # none, or the one scrape that raced its twin's first one (the analysis leaves it out: run.json)
+    assert sources.count(again) in (0, per_scrape)
+    assert min(sources.count(first), sources.count(other + "/metrics")) >= 4 * per_scrape
+    # the duplicate's loop ended on its own; the others kept their timers
+    assert scraper.counts[again]["ok"] <= 2 < scraper.counts[first]["ok"]
