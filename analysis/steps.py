@@ -444,3 +444,54 @@ def step_server_means(windows: pd.DataFrame, series: pd.DataFrame | None) -> pd.
             }
         )
     return pd.DataFrame(rows, columns=list(MEAN_COLUMNS), dtype="float64")
+
+
+REPLICA_COLUMNS: tuple[str, ...] = ("server_running", "server_waiting", "kv_usage_ratio")
+"""Step-table columns that each replica gets its own of (:func:`replica_step_means`)."""
+
+
+def replica_column(column: str, name: str) -> str:
+    """The step-table column of one replica's figure: ``server_running[a]``.
+
+    >>> replica_column("server_waiting", "127.0.0.1:8001")
+    'server_waiting[127.0.0.1:8001]'
+    """
+    return f"{column}[{name}]"
+
+
+def replica_names(table: pd.DataFrame) -> list[str]:
+    """The replicas a step table has columns for, in column order (``[]`` for one server).
+
+    >>> replica_names(pd.DataFrame(columns=["server_running", "server_running[a]", "server_waiting[a]",
+    ...                                     "server_running[b]"]))
+    ['a', 'b']
+    """
+    prefix = "server_running["
+    return [c[len(prefix) : -1] for c in table.columns if c.startswith(prefix) and c.endswith("]")]
+
+
+def replica_step_means(windows: pd.DataFrame, replicas) -> pd.DataFrame:
+    """Each replica's running, waiting and KV usage over each step's steady window.
+
+    Parameters
+    ----------
+    windows : pandas.DataFrame
+        :func:`step_windows` output.
+    replicas : sequence of analysis.server.replicas.Replica
+        Each with ``name`` and its own normalised ``series``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per window, float64 columns :func:`replica_column` of :data:`REPLICA_COLUMNS`
+        per replica (requests, requests, 0-1; a KV column only for a replica that reports KV
+        usage); NaN where its data does not cover the window. No columns without replicas.
+    """
+    out = pd.DataFrame(index=windows.index)
+    for replica in replicas:
+        means = step_server_means(windows, replica.series)
+        for column in REPLICA_COLUMNS:
+            if column == "kv_usage_ratio" and not replica.series["kv_usage_ratio"].notna().any():
+                continue
+            out[replica_column(column, replica.name)] = means[column].to_numpy("float64")
+    return out

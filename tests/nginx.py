@@ -80,6 +80,12 @@ class GatewaySite:
         response header included), s; None for nginx's default (60 s).
     extra : str
         More directives for the ``location /`` block, as written in nginx.conf.
+    upstream_keepalive : int, default 32
+        Idle keep-alive connections kept to the upstreams (``keepalive``); 0 for a new connection
+        per request. llama.cpp's ``llama-server`` closes a kept-alive connection of its own
+        accord (cpp-httplib's keep-alive limits), and nginx, reusing it for a POST at that
+        instant, answers 502 ("upstream prematurely closed connection") and marks the replica
+        down ("no live upstreams"): seen with two llama-servers behind round robin.
     """
 
     port: int
@@ -88,6 +94,7 @@ class GatewaySite:
     limit_conn_status: int = 503
     proxy_read_timeout_s: float | None = None
     extra: str = ""
+    upstream_keepalive: int = 32
 
     @property
     def url(self) -> str:
@@ -109,12 +116,9 @@ def nginx_conf(prefix: Path, sites: Sequence[GatewaySite]) -> str:
     blocks = []
     for k, site in enumerate(sites):
         upstream = "\n".join(f"        server {u};" for u in site.upstreams)
-        directives = [
-            f"proxy_pass http://backend{k};",
-            "proxy_http_version 1.1;",
-            'proxy_set_header Connection "";',
-            "proxy_buffering off;",
-        ]
+        directives = [f"proxy_pass http://backend{k};", "proxy_http_version 1.1;", "proxy_buffering off;"]
+        if site.upstream_keepalive:  # else nginx's default "Connection: close" to the upstream
+            directives.insert(2, 'proxy_set_header Connection "";')
         if site.limit_conn is not None:
             directives += [f"limit_conn perclient {site.limit_conn};", f"limit_conn_status {site.limit_conn_status};"]
         if site.proxy_read_timeout_s is not None:
@@ -123,8 +127,10 @@ def nginx_conf(prefix: Path, sites: Sequence[GatewaySite]) -> str:
             directives.append(site.extra)
         body = "\n".join(f"            {d}" for d in directives)
         blocks.append(
-            f"    upstream backend{k} {{\n{upstream}\n        keepalive 32;\n    }}\n"
-            f"    server {{\n        listen 127.0.0.1:{site.port};\n        location / {{\n{body}\n        }}\n    }}\n"
+            f"    upstream backend{k} {{\n{upstream}\n"
+            + (f"        keepalive {site.upstream_keepalive};\n" if site.upstream_keepalive else "")
+            + "    }\n"
+            + f"    server {{\n        listen 127.0.0.1:{site.port};\n        location / {{\n{body}\n        }}\n    }}\n"
         )
     temp = "\n".join(
         f"    {name}_temp_path {prefix / (name + '_temp')};"

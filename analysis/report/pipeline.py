@@ -47,7 +47,15 @@ from analysis.server.sources import (
 )
 from analysis.servertime import SPLIT_COLUMNS, ttft_split_table
 from analysis.sessions import SESSION_COLUMNS, session_table, sessions_markdown
-from analysis.steps import step_server_means, step_table, step_windows, window_tokens_from_file
+from analysis.steps import (
+    replica_column,
+    replica_names,
+    replica_step_means,
+    step_server_means,
+    step_table,
+    step_windows,
+    window_tokens_from_file,
+)
 from analysis.thresholds import (
     EXIT_THRESHOLD_FAILED,
     Threshold,
@@ -291,6 +299,9 @@ def analyze(
         windows, evidence.metrics, evidence.log_series, metrics_means, policy
     ).to_numpy("float64")
     table["server_source"] = pd.Series(labels, index=table.index, dtype=str)
+    per_replica = replica_step_means(windows, evidence.replicas)
+    for column in per_replica.columns:
+        table[column] = per_replica[column].to_numpy("float64")
     for column, values in input_columns(table, run.requests, run.server_samples).items():
         table[column] = values
     rules = replace(
@@ -412,6 +423,7 @@ def server_side(evidence: ServerEvidence, windows: pd.DataFrame | None = None) -
         errors=evidence.log.errors if evidence.log is not None else None,
         batches=batches,
         batch_wait_max_ms=evidence.config.batch_wait_max_ms,
+        replica_ceilings={r.name: r.config.batch_ceiling for r in evidence.replicas},
     )
 
 
@@ -621,6 +633,7 @@ def write_report(result: AnalysisResult, report_dir: Path | None = None) -> Anal
                 invalid_steps=invalid,
                 outages=result.outages,
                 end_s=result.run.ended_at_s,
+                replicas={r.name: r.series for r in result.evidence.replicas} if result.evidence else None,
                 shaded="the baseline"
                 if (result.run.meta.get("shape") or {}).get("kind") == "baseline"
                 else "ladder steps",
@@ -668,6 +681,15 @@ def _display_rows(table: pd.DataFrame, *, markdown: bool = False) -> tuple[list[
         extra = MARKDOWN_EXTRA_COLUMNS.get(column[0])
         if markdown and extra is not None and extra[0] in table.columns:
             columns.append(extra)
+    for name in reversed(replica_names(table)):  # each replica's figures after the aggregate's
+        at = next(k for k, c in enumerate(columns) if c[0] == "server_waiting") + 1
+        columns[at:at] = [
+            (replica_column("server_running", name), f"running {name}", "{:.2f}"),
+            (replica_column("server_waiting", name), f"waiting {name}", "{:.2f}"),
+        ]
+        if replica_column("kv_usage_ratio", name) in table.columns:
+            at = next(k for k, c in enumerate(columns) if c[0] == "kv_usage_ratio") + 1
+            columns.insert(at, (replica_column("kv_usage_ratio", name), f"KV {name}", "{:.1%}"))
     if _server_data_short(table):
         at = next(k for k, c in enumerate(columns) if c[0] == "server_waiting") + 1
         columns.insert(at, ("server_data_s", "server data s", "coverage"))

@@ -18,6 +18,7 @@ from matplotlib.ticker import (
 )
 
 from analysis.loadaxis import RATE, USERS, LoadAxis, load_axis
+from analysis.steps import replica_column, replica_names
 from analysis.verdict.knee import CriticalConcurrency, fmt_users
 
 STEP_SHADES: tuple[str, str] = ("#dde6f0", "#f3f3f3")
@@ -152,6 +153,11 @@ def plot_throughput(ax: Axes, table: pd.DataFrame, critical: CriticalConcurrency
             color="tab:green",
             label="server running (requests)",
         )
+    for k, name in enumerate(replica_names(data)):
+        for column, color, marker in (("server_running", "tab:green", "v"), ("server_waiting", "tab:red", "x")):
+            twin.plot(users, data[replica_column(column, name)], marker=marker, markersize=3,
+                      linestyle=("--", "-.", ":")[k % 3], linewidth=0.8, color=color, alpha=0.8,
+                      label=f"{column.removeprefix('server_')} {name} (requests)")  # fmt: skip
     twin.set_ylabel("requests (time-averaged)")
     twin.set_ylim(bottom=0)
     handles, labels = ax.get_legend_handles_labels()
@@ -292,8 +298,10 @@ def plot_timeline(
     outages: pd.DataFrame | None = None,
     end_s: float | None = None,
     shaded: str = "ladder steps",
+    replicas: dict[str, pd.DataFrame] | None = None,
 ) -> None:
-    """Client in-flight and server running/waiting over the run, ladder steps shaded.
+    """Client in-flight and server running/waiting over the run, ladder steps shaded (and each
+    replica's running and waiting, thin, beside the aggregate's).
 
     Parameters
     ----------
@@ -319,6 +327,9 @@ def plot_timeline(
         ``recovered_s``; Unix s): each drawn as a dark cross-hatched band from its first
         connection failure to the server's first answer (its last failure when it never
         answered), labelled "server unreachable" with its failures.
+    replicas : dict of str to pandas.DataFrame, optional
+        With several replicas scraped: each one's own normalised series (``t_s``, ``running``,
+        ``waiting``), by name (:mod:`analysis.server.replicas`).
     end_s : float, optional
         The run's end (Unix s): the server's series stops there. Its last sample holds for up to
         a scrape interval (:func:`analysis.server.series.breakpoints_from_samples`), which would
@@ -428,6 +439,13 @@ def plot_timeline(
             linewidth=1.5,
             label="server waiting" + average,
         )
+    styles = ("--", ":", "-.", (0, (5, 1, 1, 1)))
+    for k, (name, own) in enumerate(sorted((replicas or {}).items())):
+        own = clip_series(own, end_s) if end_s is not None and not own.empty else own
+        own, _ = thinned(own, ("running", "waiting"))
+        for column, color in (("running", "tab:green"), ("waiting", "tab:red")):
+            ax.plot(own["t_s"] - t0_s, own[column], drawstyle="steps-post", color=color, linewidth=0.9,
+                    linestyle=styles[k % len(styles)], alpha=0.8, label=f"{column} {name}")  # fmt: skip
     targets = steps["target_users"] if invalid_steps and len(steps) else pd.Series(dtype=float)
     top = max(
         [1.0, *targets.dropna().tolist()]

@@ -19,7 +19,15 @@ from analysis.server.config import ServerConfig, merge_configs
 from analysis.server.families import ServerFamily, parse_family
 from analysis.server.files import empty_scrapes
 from analysis.server.freshness import ScrapeFreshness
-from analysis.server.prometheus import detect_family, info_config, metrics_config, metrics_series
+from analysis.server.prometheus import MAPPINGS, detect_family, info_config, metrics_config, metrics_series
+from analysis.server.replicas import (
+    Duplicate,
+    Replica,
+    aggregate_config,
+    find_duplicates,
+    replicas_of,
+    run_source_names,
+)
 from analysis.server.series import covered_s, empty_series
 from analysis.server.serverlog import LogClock, ServerLogResult, TimeSource, parse_server_log
 from analysis.server.serverlog.batchlines import batch_events
@@ -72,7 +80,17 @@ class ServerEvidence:
         Normalised series from ``server_metrics.csv`` (empty without).
     metrics_family : ServerFamily or None
     metrics_sources : tuple of str
-        Scraped URLs.
+        Scraped URLs (duplicates included).
+    source_names : dict
+        ``{url: name}`` of the scraped sources (:func:`analysis.server.replicas.run_source_names`).
+    duplicates : tuple of Duplicate
+        Sources that are the same server as another (:func:`analysis.server.replicas.find_duplicates`):
+        left out of ``metrics`` and ``replicas``.
+    replicas : tuple of Replica
+        With two or more kept sources carrying running or waiting: each one's own series and
+        configuration (:func:`analysis.server.replicas.replicas_of`); ``metrics`` is their
+        aggregate (running and waiting summed, KV usage averaged) and ``config``'s ceilings
+        their sum.
     log : ServerLogResult or None
         None without a server log.
     config : ServerConfig
@@ -91,6 +109,9 @@ class ServerEvidence:
     metrics: pd.DataFrame = field(default_factory=empty_series)
     metrics_family: ServerFamily | None = None
     metrics_sources: tuple[str, ...] = ()
+    source_names: dict[str, str] = field(default_factory=dict)
+    duplicates: tuple[Duplicate, ...] = ()
+    replicas: tuple[Replica, ...] = ()
     log: ServerLogResult | None = None
     config: ServerConfig = field(default_factory=ServerConfig)
     user_format: UserFormat | None = None
@@ -163,11 +184,25 @@ def gather(run: Run, options: ServerOptions | None = None) -> ServerEvidence:
         )
         metrics_family = metrics_family or detect_family(samples, mapping)
     freshness = ScrapeFreshness.from_run(run.meta, files.scrapes)
+    urls = sorted(samples["source"].astype(str).unique()) if len(samples) else []
+    names = run_source_names(run.meta, urls)
+    family_mapping = (
+        (mapping if metrics_family is ServerFamily.GENERIC else MAPPINGS.get(metrics_family))
+        if metrics_family
+        else None
+    )
+    duplicates = tuple(find_duplicates(samples, run.meta, family_mapping))
+    if duplicates:
+        samples = samples[~samples["source"].astype(str).isin({d.url for d in duplicates})]
     metrics = (
         metrics_series(samples, metrics_family, user=mapping, freshness=freshness)
         if metrics_family is not None
         else empty_series()
     )
+    replicas: tuple[Replica, ...] = ()
+    if family_mapping is not None:
+        replicas = replicas_of(samples, family_mapping, names=names, info=files.info, freshness=freshness,
+                               info_reader=info_config)  # fmt: skip
     log = None
     batches = empty_batches()
     if files.log is not None and files.log.n_lines:
@@ -176,6 +211,7 @@ def gather(run: Run, options: ServerOptions | None = None) -> ServerEvidence:
         log = parse_server_log(files.log, clock=clock, family=log_family, user_format=user)
         batches = batch_events(files.log, clock=clock, family=log.family, user_format=user)
     config = merge_configs(
+        aggregate_config(replicas),  # a gateway's /props is one replica's, the log one replica's
         log.config if log is not None else None,
         info_config(files.info),
         metrics_config(samples, metrics_family, user=mapping) if metrics_family else None,
@@ -186,11 +222,18 @@ def gather(run: Run, options: ServerOptions | None = None) -> ServerEvidence:
             "server_metrics.csv holds no metric name of a known engine (give "
             "--server-family or a format file with a [metrics] table)"
         )
-    sources = tuple(sorted(samples["source"].astype(str).unique())) if len(samples) else ()
+    for dup in duplicates:
+        notes.append(
+            f"{names.get(dup.url, dup.url)} ({dup.url}) is the same server as {names.get(dup.same_as, dup.same_as)} "
+            f"({dup.same_as}) (by {dup.by}): counted once, from {names.get(dup.same_as, dup.same_as)}"
+        )
     return ServerEvidence(
         metrics=metrics,
         metrics_family=metrics_family,
-        metrics_sources=sources,
+        metrics_sources=tuple(urls),
+        source_names=names,
+        duplicates=duplicates,
+        replicas=replicas,
         log=log,
         config=config,
         user_format=user,
@@ -275,7 +318,7 @@ def describe_sources(evidence: ServerEvidence, policy: ServerSource, labels: lis
     parts = []
     if resolved in (ServerSource.METRICS, ServerSource.BOTH) and evidence.has(ServerSource.METRICS):
         family = evidence.metrics_family.value if evidence.metrics_family else "?"
-        parts.append(f"/metrics ({family} mapping, {len(evidence.metrics_sources)} endpoint(s))")
+        parts.append(f"/metrics ({family} mapping, {scraped_text(evidence)})")
     if resolved in (ServerSource.LOG, ServerSource.BOTH) and evidence.has(ServerSource.LOG):
         log = evidence.log
         parts.append(f"server log ({log.family.value} parser, {log.data_lines} data lines placed by {log.time_source})")
@@ -292,6 +335,23 @@ def describe_sources(evidence: ServerEvidence, policy: ServerSource, labels: lis
         ServerSource.LOG: "log only",
     }[resolved]
     return f"server data ({order}): {' + '.join(parts)}; steps: {per_step}" + (f"; {scrapes}" if scrapes else "")
+
+
+def scraped_text(evidence: ServerEvidence) -> str:
+    """Which endpoints the metrics came from: ``"1 endpoint: 127.0.0.1:8000"``, ``"2 replicas
+    summed: a, b"``, with ``"; b is the same server as a, counted once"`` for each duplicate."""
+    names = evidence.source_names
+    dup_urls = {d.url for d in evidence.duplicates}
+    kept = [names.get(u, u) for u in evidence.metrics_sources if u not in dup_urls]
+    if evidence.replicas:
+        text = f"{len(evidence.replicas)} replicas summed: " + ", ".join(r.name for r in evidence.replicas)
+    else:
+        text = f"{len(kept)} endpoint{'s' if len(kept) != 1 else ''}: " + ", ".join(kept)
+    for dup in evidence.duplicates:
+        text += (
+            f"; {names.get(dup.url, dup.url)} is the same server as {names.get(dup.same_as, dup.same_as)}, counted once"
+        )
+    return text
 
 
 def scrape_counts_text(scrapes: pd.DataFrame) -> str:

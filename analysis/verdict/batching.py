@@ -8,7 +8,7 @@ than taken from a library: these are the playbooks' attribution rules themselves
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -39,12 +39,16 @@ class ServerSide:
         ``queue_mean``...); None when the log reports no batches.
     batch_wait_max_ms : float or None
         The server's configured longest batch wait, ms (from its startup log), if read.
+    replica_ceilings : dict
+        With several replicas scraped: ``{name: its own configured batch ceiling or None}``
+        (:mod:`analysis.server.replicas`); empty for one server.
     """
 
     family: str | None = None
     errors: pd.DataFrame | None = None
     batches: pd.DataFrame | None = None
     batch_wait_max_ms: float | None = None
+    replica_ceilings: dict = field(default_factory=dict)
 
 
 def gain_per_doubling(users_prev: float, users: float, tps_prev: float, tps: float) -> float:

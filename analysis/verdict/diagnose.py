@@ -40,6 +40,7 @@ from analysis.verdict.inferred import compute_beside_ceiling, kv_tokens
 from analysis.verdict.knee import CriticalConcurrency, find_critical_concurrency, fmt_users
 from analysis.verdict.outage import server_outage
 from analysis.verdict.recommend import recommend
+from analysis.verdict.replicaimbalance import balance_recommendation, replica_imbalance
 from analysis.verdict.staticbatch import running_from_batches, static_batch
 from analysis.verdict.types import RULES, BottleneckKind, Evidence, Recommendation, Rules, Verdict
 from analysis.verdict.undetermined import Undecided, steps_too_short, unexplained
@@ -200,6 +201,7 @@ def diagnose(
     ev["batch_wait"] = batch_wait(usable, server.batch_wait_max_ms, rules)
     ev["static_batch"] = static_batch(usable, config, rules)
     ev["kv_tokens"] = kv_tokens(usable, knee, config, request_tokens, rules)
+    ev["replica_imbalance"] = replica_imbalance(usable, server.replica_ceilings, rules, from_users=knee.saturated_users)
     first_fail = ordered[ordered["valid"] & dominated].head(1)
     failing_knee = _failing_at_knee(usable, knee.saturated_users, axis.column, rules)
     if failing_knee is not None and (len(first_fail) == 0 or knee.saturated_users < first_fail[axis.column].iloc[0]):
@@ -276,8 +278,8 @@ def diagnose(
             primary = K.BATCHING_OFF
         elif ev["kv_cache"].holds:
             primary = K.KV_CACHE
-        elif ev["scheduler_ceiling"].holds:
-            primary = K.SCHEDULER_CEILING
+        elif ev["scheduler_ceiling"].holds or ev["replica_imbalance"].holds:
+            primary = K.SCHEDULER_CEILING  # of the whole, or of the replica that fills first
         else:  # a saturation no kind's rule explains: say which kinds it can be, never one it denies
             primary = K.UNDETERMINED
             row, _ = _saturated_row(usable, knee)
@@ -332,6 +334,8 @@ def diagnose(
         )
     )
     first = ev["server_outage"] if outage_first else ev[KIND_RULES[primary]]
+    if primary is K.SCHEDULER_CEILING and not first.holds and ev["replica_imbalance"].holds:
+        first = ev["replica_imbalance"]
     evidence = (first, *[e for name, e in ev.items() if e is not first])
     recs = recommend(
         primary,
@@ -345,6 +349,8 @@ def diagnose(
         planned=tuple(planned),
         tells_apart=undecided.tells_apart if primary is K.UNDETERMINED else "",
     )
+    if ev["replica_imbalance"].holds:
+        recs = (balance_recommendation(ev["replica_imbalance"]), *recs)
     if ev["server_outage"].holds:
         recs = tuple(r for r in recs if not outage_first) + (
             Recommendation(
