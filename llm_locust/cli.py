@@ -257,6 +257,7 @@ def cmd_run(args: argparse.Namespace, locust_args: list[str]) -> int:
 
 
 def _run_checked(args: argparse.Namespace, locust_args: list[str], booted) -> int:
+    from llm_locust.master.config import metrics_targets, targets_line
     from llm_locust.run.launcher import LocustRun, SigtermAsInterrupt, free_port, run_locust
 
     with SigtermAsInterrupt() as signals:  # SIGTERM stops the run the way Ctrl-C does (exit 143)
@@ -278,6 +279,7 @@ def _run_checked(args: argparse.Namespace, locust_args: list[str], booted) -> in
             return signals.exit_code
         run_dir = args.run_dir or default_run_dir()
         print(f"run directory: {run_dir}")
+        print(targets_line(metrics_targets(options, options.host), options.host))
         preload_post_run(analyze=not args.no_analyze)  # the report's imports, while the test runs
         web_port = (args.web_port or free_port()) if args.web else None
         code = run_locust(

@@ -169,6 +169,22 @@ def metrics_targets(config, host: str | None) -> list[MetricsTarget]:
     return [MetricsTarget(name=names[url], url=url, origin=origin) for _, url, origin in unique]
 
 
+def targets_line(targets: list[MetricsTarget], host: str | None) -> str:
+    """The console line saying which ``/metrics`` endpoints a run scrapes, and why.
+
+    >>> t = [MetricsTarget(name="a", url="http://r1:8001/metrics", origin="--server-metrics-url")]
+    >>> targets_line(t, "http://gw:80")
+    'server metrics: scraping a = http://r1:8001/metrics (--server-metrics-url replaces the default http://gw:80/metrics)'
+    """
+    if not targets:
+        return "server metrics: none scraped"
+    named = ", ".join(t.url if t.name in t.url else f"{t.name} = {t.url}" for t in targets)  # a given name shown
+    why = ""
+    if host and all(t.origin == "--server-metrics-url" for t in targets):
+        why = f" (--server-metrics-url replaces the default {host.rstrip('/')}/metrics)"
+    return f"server metrics: scraping {named}{why}"
+
+
 def metrics_urls(config, host: str | None) -> list[str]:
     """The URLs of :func:`metrics_targets`, in order."""
     return [target.url for target in metrics_targets(config, host)]

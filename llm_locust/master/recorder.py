@@ -36,7 +36,7 @@ from llm_locust.client.models import first_served_model, host_problem
 from llm_locust.client.prompts import load_prompts, prompt_set_sha256
 from llm_locust.client.spawncache import install_default_args_cache
 from llm_locust.master.clocksync import ClockResponder
-from llm_locust.master.config import MasterConfig, metrics_targets, metrics_urls, parse_labels
+from llm_locust.master.config import MasterConfig, metrics_targets, metrics_urls, parse_labels, targets_line
 from llm_locust.master.promptquit import install_final_stats_csv, install_prompt_quit
 from llm_locust.master.rundir import RunDirectory
 from llm_locust.master.scraper import MetricsScraper
@@ -188,7 +188,7 @@ class RunRecorder:
         self.run_dir = RunDirectory(self.run_dir_path)
         prompts = load_prompts(config.prompts_file or None)
         targets = metrics_targets(config, environment.host)
-        _log_targets(targets, environment.host)
+        logger.info(targets_line(targets, environment.host))
         model = config.model
         if not model and environment.host:
             try:
@@ -352,19 +352,6 @@ class RunRecorder:
             logger.exception("could not write client_report.json")
             return
         print(format_summary(report, self.meta.get("started_at_s")), flush=True)
-
-
-def _log_targets(targets, host: str | None) -> None:
-    """Say which ``/metrics`` endpoints the run scrapes, and why (the default ``HOST/metrics``
-    replaced by ``--server-metrics-url``, :func:`~llm_locust.master.config.metrics_targets`)."""
-    if not targets:
-        logger.info("server metrics: none scraped")
-        return
-    named = ", ".join(t.url if t.name == t.url else f"{t.name} = {t.url}" for t in targets)
-    why = ""
-    if host and all(t.origin == "--server-metrics-url" for t in targets):
-        why = f" (--server-metrics-url replaces the default {host.rstrip('/')}/metrics)"
-    logger.info("server metrics: scraping %s%s", named, why)
 
 
 def install(events) -> None:

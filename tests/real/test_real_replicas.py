@@ -99,7 +99,7 @@ def test_each_replica_is_scraped_instead_of_the_gateway_and_named(replica_runs):
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["metrics_urls"] == [f"{urls[n]}/metrics" for n in EVEN]  # not the gateway's /metrics
     assert [s["name"] for s in meta["metrics_sources"]] == list(EVEN)
-    assert "--server-metrics-url replaces the default" in console
+    assert "server metrics: scraping a = " in console and "--server-metrics-url replaces the default" in console
     sources = set(pd.read_csv(run_dir / "server_metrics.csv")["source"])
     assert sources == {f"{urls[n]}/metrics" for n in EVEN}
 
