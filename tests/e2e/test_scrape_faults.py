@@ -133,8 +133,9 @@ def test_a_slow_and_a_huge_endpoint_neither_starve_the_main_one_nor_slow_the_run
     huge, _ = scripted_server({"writes": body_script({"repeat": line, "times": 100 * MIB // len(line)}, length=False)})
     run_dir = tmp_path / "run"
     completed, _ = run(
-        sim_host, run_dir, "1,2", "--server-metrics-url", slow + "/metrics", "--server-metrics-url", huge + "/metrics"
-    )
+        sim_host, run_dir, "1,2", "--metrics-url", sim_host + "/metrics",  # kept: --server-metrics-url alone replaces it
+        "--server-metrics-url", slow + "/metrics", "--server-metrics-url", huge + "/metrics",
+    )  # fmt: skip
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     meta = json.loads((run_dir / "run.json").read_text())
     span_s = meta["ended_at_s"] - meta["started_at_s"]
