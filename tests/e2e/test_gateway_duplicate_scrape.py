@@ -58,7 +58,9 @@ def test_the_second_url_of_one_server_is_said_once_and_scraped_no_further(gatewa
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["metrics_urls"] == [via_gateway, direct]  # the default HOST/metrics replaced, not added
     assert meta["metrics_duplicates"] == [{"url": direct, "same_as": via_gateway, "by": "_created"}]
-    assert f"server metrics: scraping gateway = {via_gateway}, direct = {direct} (--server-metrics-url replaces" in console
+    assert (
+        f"server metrics: scraping gateway = {via_gateway}, direct = {direct} (--server-metrics-url replaces" in console
+    )
     master_log = (run_dir / "locust_master.log").read_text()
     assert master_log.count("reaches the same server as") == 1, master_log[-2000:]
     scrapes = pd.read_csv(run_dir / "server_scrapes.csv")
