@@ -24,6 +24,18 @@ from analysis.verdict.types import BottleneckKind, Evidence, Recommendation, Rul
 RULE = "replica_imbalance"
 
 
+def slack(ceiling: float, rules: Rules) -> float:
+    """How far below its ceiling a replica's step-average running still counts as full (and
+    beyond which it has slots to spare): ``max(0.5, (1 - rules.running_ceiling) x ceiling)``
+    requests.
+
+    >>> from analysis.verdict.types import RULES
+    >>> slack(1.0, RULES), round(slack(64.0, RULES), 2)
+    (0.5, 6.4)
+    """
+    return max(0.5, (1.0 - rules.running_ceiling) * ceiling)
+
+
 def _ceilings(usable: pd.DataFrame, names: list[str], configured: Mapping[str, int | None]) -> dict[str, float]:
     """Each replica's ceiling: its own configured one, else its highest step-average running."""
     out = {}
@@ -44,9 +56,13 @@ def replica_imbalance(
     while another has a slot free and none waiting.
 
     A replica *queues at its ceiling* when its waiting > ``rules.waiting_threshold`` and its
-    running >= ``rules.running_ceiling`` x its ceiling (its configured one, else its highest
+    running is within :func:`slack` of its ceiling (its configured one, else its highest
     step-average running); another *has slots to spare* when its waiting <=
-    ``rules.waiting_threshold`` and its running is at least one request below its ceiling.
+    ``rules.waiting_threshold`` and its running is more than :func:`slack` below its ceiling. (A
+    server queues only with its slots full, so a replica's own waiting already says it is full;
+    the slack absorbs how coarsely scrapes sample a small ceiling: a 1-slot replica that queues
+    all along still reads a little below 1 running over a step, in the gaps between one request's
+    end and the next one's start.)
 
     Parameters
     ----------

@@ -139,7 +139,7 @@ def test_one_slot_beside_three_behind_round_robin_is_a_replica_imbalance(replica
     one, three = (replica_column("server_running", n) for n in UNEVEN)
     assert (table[one] <= 1.05).all() and (table[three] <= 3.05).all(), table
     imbalance = next(e for e in result.verdict.evidence if e.rule == "replica_imbalance")
-    assert imbalance.holds, imbalance.text
+    assert imbalance.holds, (imbalance.text, table.filter(like="server_").to_string())
     assert imbalance.values["queued_replica"] == 0 and imbalance.values["spare_replica"] == 1  # "one", "three"
     assert imbalance.values["queued_ceiling"] == 1 and imbalance.values["spare_ceiling"] == 3
     assert result.verdict.bottleneck.value == "scheduler_ceiling", result.verdict.line
