@@ -23,13 +23,13 @@ from pathlib import Path
 
 import gevent
 import gevent.pool
-import requests
 
 from analysis.schema import SERVER_INFO, SERVER_LOG_FORMAT
 from llm_locust.auth import auth_headers
 from llm_locust.master.config import MasterConfig, metrics_urls
 from llm_locust.master.logcmd import CommandLogFollower
 from llm_locust.master.logfollow import LogFollower
+from llm_locust.master.scraper import ScrapeFailed, fetch_body
 
 logger = logging.getLogger(__name__)
 
@@ -38,19 +38,26 @@ INFO_PATHS: tuple[str, ...] = ("/props", "/info")
 INFO_TIMEOUT_S = 3.0
 
 
+INFO_MAX_BYTES = 1024 * 1024
+"""Largest ``/props`` or ``/info`` body read (llama.cpp's ``/props`` is ~2 KB): an endpoint that
+answers every path with a huge body (a misconfigured exporter given as ``--server-metrics-url``)
+costs the master no more than this."""
+
+
 def fetch_server_info(host: str, *, headers: dict | None = None) -> dict:
-    """``{url: JSON body}`` of the :data:`INFO_PATHS` that answer 200 with a JSON object."""
+    """``{url: JSON body}`` of the :data:`INFO_PATHS` that answer 200 with a JSON object, each read
+    bounded in time (:data:`INFO_TIMEOUT_S`) and size (:data:`INFO_MAX_BYTES`) by the scraper's
+    :func:`~llm_locust.master.scraper.fetch_body`."""
     found = {}
     for path in INFO_PATHS:
         url = host.rstrip("/") + path
         try:
-            response = requests.get(url, headers=headers or {}, timeout=INFO_TIMEOUT_S)
-            if response.status_code == 200:
-                body = response.json()
-                if isinstance(body, dict):
-                    found[url] = body
-        except (requests.RequestException, ValueError):
+            _, raw = fetch_body(url, headers=headers or {}, timeout_s=INFO_TIMEOUT_S, max_bytes=INFO_MAX_BYTES)
+            body = json.loads(raw)
+        except (ScrapeFailed, ValueError):
             continue
+        if isinstance(body, dict):
+            found[url] = body
     return found
 
 
