@@ -123,6 +123,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-q", "--quiet", action="store_true",
         help="No progress lines while its runs go (step i of N, users, elapsed, time left); the results are still printed",
     )  # fmt: skip
+    from llm_locust.run.search import add_search_arguments
+
+    add_search_arguments(parser)
 
 
 def extended_ladder(ladder: list, bound: float) -> list:
@@ -454,6 +457,13 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             raise ValueError(f"--compare-to {args.compare_to}: no such folder")
         if args.compare_to:
             check_compare_to_axis(args.compare_to, rate=args.rates is not None)
+        if getattr(args, "search", False):
+            from llm_locust.run.search import slo_text
+
+            if not slo_text(extra):
+                raise ValueError("--search finds the largest concurrency meeting the SLOs: give --slo too")
+            if args.rates is not None:
+                raise ValueError("--search probes concurrencies: leave out --rates")
         args.thresholds = parse_thresholds(args.fail_on)
         check_log_format(args, extra)
         if args.rates is not None:
@@ -511,6 +521,30 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
                     signals=signals,
                 )
                 rounds.append(second)
+            if getattr(args, "search", False) and not first.failed:
+                from llm_locust.run.search import search_capacity
+
+                search_capacity(
+                    out / "round-a" / "search",
+                    common=request_args(args.host, args.model, args, extra),
+                    args=args,
+                    extra=extra,
+                    started=started,
+                    signals=signals,
+                    run_probe=lambda run_dir, locust_args, timeout_s: _locust(
+                        "ladder.py",
+                        run_dir,
+                        args.workers,
+                        locust_args,
+                        timeout_s,
+                        signals,
+                        on_error=exit_code_on_error(extra),
+                        quiet=args.quiet,
+                    ),  # fmt: skip
+                )
+                verdict = getattr(first.ladder, "verdict", None)
+                if verdict is not None:
+                    print(f"Bottleneck (the ladder's verdict, step 4): {verdict.bottleneck.value}")
         except Stopped as stop:  # what was measured stays in --out; nothing further starts
             print(f"llm-locust diagnose: stopped (exit {stop.code}); runs so far are in {out}", file=sys.stderr)
             return stop.code
