@@ -14,8 +14,7 @@ import sys
 import pandas as pd
 import pytest
 
-from llm_locust.run.demo import start_sim_server
-from llm_locust.run.launcher import free_port, stop_process
+from tests.e2e.conftest import embedded_server
 
 pytestmark = pytest.mark.slow
 
@@ -24,11 +23,8 @@ SLO_MS = 150.0
 
 @pytest.fixture(scope="module")
 def two_slot_host(tmp_path_factory):
-    log = tmp_path_factory.mktemp("sim") / "server.log"
-    port = free_port()
-    server = start_sim_server(port=port, max_num_seqs=2, log_path=log)
-    yield f"http://127.0.0.1:{port}"
-    stop_process(server, grace_s=10)
+    with embedded_server(tmp_path_factory, max_num_seqs=2) as host:
+        yield host
 
 
 def test_search_finds_the_largest_concurrency_meeting_the_slo(two_slot_host, tmp_path):

@@ -17,8 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from llm_locust.run.demo import start_sim_server
-from llm_locust.run.launcher import free_port, stop_process
+from tests.e2e.conftest import embedded_server
 
 pytestmark = pytest.mark.slow
 
@@ -28,11 +27,8 @@ PER_CHUNK = 4
 @pytest.fixture(scope="module")
 def chunked_host(tmp_path_factory):
     """The embedded server writing 4 tokens per chunk, stopped by PID afterwards."""
-    log = tmp_path_factory.mktemp("sim") / "server.log"
-    port = free_port()
-    server = start_sim_server(port=port, max_num_seqs=4, log_path=log, extra=["--tokens-per-chunk", str(PER_CHUNK)])
-    yield f"http://127.0.0.1:{port}"
-    stop_process(server, grace_s=10)
+    with embedded_server(tmp_path_factory, max_num_seqs=4, extra=["--tokens-per-chunk", str(PER_CHUNK)]) as host:
+        yield host
 
 
 def _run(host: str, run_dir, *extra: str) -> subprocess.CompletedProcess:
