@@ -177,12 +177,14 @@ def find_duplicates(samples: pd.DataFrame, meta: dict, mapping: FamilyMapping | 
     Returns
     -------
     list of Duplicate
-        At most one per duplicate URL, its ``same_as`` a source that is kept.
+        At most one per duplicate URL, its ``same_as`` a source that is kept (a duplicate the
+        scraper recognised before its first scrape was kept has no samples; it is listed all the
+        same).
     """
     urls = _order(meta, sorted(samples["source"].astype(str).unique())) if len(samples) else []
     found: dict[str, Duplicate] = {}
-    for item in meta.get("metrics_duplicates") or []:
-        if isinstance(item, dict) and item.get("url") in urls and item.get("same_as") in urls:
+    for item in meta.get("metrics_duplicates") or []:  # its own samples may be none: scraped no further
+        if isinstance(item, dict) and isinstance(item.get("url"), str) and item.get("same_as") in urls:
             found[item["url"]] = Duplicate(url=item["url"], same_as=item["same_as"], by=str(item.get("by", "")))
     if len(urls) < 2:
         return list(found.values())

@@ -185,13 +185,14 @@ def gather(run: Run, options: ServerOptions | None = None) -> ServerEvidence:
         metrics_family = metrics_family or detect_family(samples, mapping)
     freshness = ScrapeFreshness.from_run(run.meta, files.scrapes)
     urls = sorted(samples["source"].astype(str).unique()) if len(samples) else []
-    names = run_source_names(run.meta, urls)
     family_mapping = (
         (mapping if metrics_family is ServerFamily.GENERIC else MAPPINGS.get(metrics_family))
         if metrics_family
         else None
     )
     duplicates = tuple(find_duplicates(samples, run.meta, family_mapping))
+    urls = sorted({*urls, *(d.url for d in duplicates)})  # a duplicate scraped no further has no samples
+    names = run_source_names(run.meta, urls)
     if duplicates:
         samples = samples[~samples["source"].astype(str).isin({d.url for d in duplicates})]
     metrics = (

@@ -145,3 +145,12 @@ def test_counters_of_two_busy_replicas_disagree():
     assert counters_agree(a, same, ("llamacpp:tokens_predicted_total",)) is True
     still = frame([server_row(T0 + i, "llamacpp:tokens_predicted_total", 5.0, "{}", A) for i in range(5)])
     assert counters_agree(still, still.assign(t_s=still["t_s"] + 0.5), ("llamacpp:tokens_predicted_total",)) is None
+
+
+def test_a_duplicate_the_scraper_dropped_before_its_first_row_is_still_said(tmp_path):
+    # the scraper recognised B before any of its rows was kept: run.json names it, the CSV has none
+    meta = {"metrics_urls": [A, B], "metrics_duplicates": [{"url": B, "same_as": A, "by": "_created"}]}
+    result = analyze_run(run_dir(tmp_path, replica_rows(A, 3), **meta), write=False)
+    (dup,) = result.evidence.duplicates
+    assert (dup.url, dup.same_as, dup.by) == (B, A, "_created")
+    assert "127.0.0.1:9002 is the same server as 127.0.0.1:9001, counted once" in result.server_source_line
