@@ -8,8 +8,8 @@ first users while that init still ran: an init that waits on anything (I/O, a me
 the users run, and their records were never shipped (Locust counted the requests; ``requests.csv``
 lacked them, and nothing said so).
 
-So the worker sends the master one more message at the end of its init (:func:`announce_ready`,
-``llm_ready``), and the master holds its test's start (a ``test_start`` listener, registered
+So the worker sends the master one more message at the end of its init, once its clock exchange
+with the master has settled too (:func:`announce_ready`, ``llm_ready``), and the master holds its test's start (a ``test_start`` listener, registered
 before the recorder's: Locust sends the first spawn messages right after those listeners) until
 every connected worker has sent it, at most :data:`READY_TIMEOUT_S`. A worker that never does
 is named in an ERROR line and the run stops before any load (Locust's Ctrl-C path, exit code 1).
@@ -47,9 +47,31 @@ def slow_init_for_tests() -> None:
         gevent.sleep(delay_s)
 
 
-def announce_ready(environment) -> None:
-    """On a worker, at the end of the plugin's init: tell the master this worker can take users."""
-    environment.runner.send_message(READY, {"pid": os.getpid()})
+CLOCK_SETTLE_WAIT_S = 15.0
+"""Longest a worker waits for its clock exchange with the master to settle before it says it is
+ready all the same (with a warning), s."""
+
+
+def announce_ready(environment, *, settle_wait_s: float = CLOCK_SETTLE_WAIT_S) -> None:
+    """On a worker, at the end of the plugin's init: tell the master this worker can take users,
+    once its clock is placed on the master's (:class:`llm_locust.client.clock.WorkerClock` settled).
+
+    A user's first read of the master's clock waits for the exchange only 2 s from the clock's
+    start (``SETTLE_TIMEOUT_S``); a master that answered no ping by then (busy at its own start,
+    its first pings answered late) let a worker stamp its first requests with its own clock: a
+    worker 2 s ahead put its first request 2 s late, on top of the next one
+    (``tests/e2e/test_clock_skew.py``: 1.11 requests in flight at the one-user step, one run in
+    four). Waiting here, in a greenlet, keeps the master's first spawn until the clock has settled.
+    """
+    clock = getattr(environment, "llm_clock", None)
+
+    def announce() -> None:
+        if clock is not None and not clock.settled.wait(settle_wait_s):
+            logger.warning("the clock exchange with the master has not settled after %.0f s: ready all the same",
+                           settle_wait_s)  # fmt: skip
+        environment.runner.send_message(READY, {"pid": os.getpid()})
+
+    gevent.spawn(announce)
 
 
 class ReadyGate:
@@ -98,7 +120,9 @@ class ReadyGate:
         left = self.wait()
         if not left:
             if (waited_s := time.monotonic() - started) > 0.05:
-                logger.info("waited %.2f s for the workers' llm-locust init before the first users", waited_s)
+                logger.info(
+                    "waited %.2f s for the workers' clock exchange and llm-locust init before the first users", waited_s
+                )
             return
         logger.error("worker(s) %s never became ready: their llm-locust init did not finish within %.0f s "
                      "(see their logs); the run is stopped before any load", ", ".join(left), self.timeout_s)  # fmt: skip
