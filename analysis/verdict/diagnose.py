@@ -206,6 +206,10 @@ def diagnose(
     failing_knee = _failing_at_knee(usable, knee.saturated_users, axis.column, rules)
     if failing_knee is not None and (len(first_fail) == 0 or knee.saturated_users < first_fail[axis.column].iloc[0]):
         first_fail = failing_knee
+    if len(first_fail) == 0 and knee.saturated_users is None:
+        # refusals that cap the throughput where the knee's other signs cannot show (a gateway's
+        # limit_conn answers at once: no queue, no TTFT growth, the server's counters behind it)
+        first_fail = _failing_flat(usable, axis.column, rules)
     cuts = [
         u
         for u in (
@@ -384,6 +388,32 @@ def _failing_at_knee(usable: pd.DataFrame, users: float | None, column: str, rul
     if at.empty or not at["failed_time_share"].iloc[0] >= rules.significant_failure_share:
         return None
     return at if step_failure_kind(at.iloc[0]) is not None else None
+
+
+def _failing_flat(usable: pd.DataFrame, column: str, rules: Rules) -> pd.DataFrame:
+    """The first usable step where failures are significant (``failed_time_share`` >=
+    ``rules.significant_failure_share``, of one kind) and throughput stopped rising: its gain per
+    doubling over the usable step before it, ``(tps / tps_prev) ** (1 / log2(load / load_prev))``,
+    is below ``rules.min_gain_per_doubling``. A one-row frame; empty when there is none.
+
+    nginx ``limit_conn 4`` scraped through the gateway, ladder 2, 4, 8: flat from 4 to 8 users
+    (gain 1.01) with 35 % of the 8-user requests refused, no server counters and a flat TTFT
+    (the refusals come at once): the knee cannot see it, the refusals are the limit.
+    """
+    if "failed_time_share" not in usable.columns or len(usable) < 2:
+        return usable.head(0)
+    steps = usable.sort_values(column, kind="stable")
+    load, tps = steps[column].astype(float).to_numpy(), steps["output_tps"].astype(float).to_numpy()
+    for i in range(1, len(steps)):
+        row = steps.iloc[i]
+        if not row["failed_time_share"] >= rules.significant_failure_share or step_failure_kind(row) is None:
+            continue
+        if not (load[i] > load[i - 1] > 0 and tps[i - 1] > 0 and np.isfinite(tps[i])):
+            continue
+        gain = (tps[i] / tps[i - 1]) ** (1.0 / np.log2(load[i] / load[i - 1]))
+        if gain < rules.min_gain_per_doubling:
+            return steps.iloc[[i]]
+    return usable.head(0)
 
 
 def _queue_onset(critical: CriticalConcurrency, usable: pd.DataFrame, column: str, rules: Rules):

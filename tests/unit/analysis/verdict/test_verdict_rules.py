@@ -685,3 +685,35 @@ def test_kv_cache_full_to_within_one_request_of_a_real_vllm_with_five_blocks():
     # the same gauge beside 8 running requests leaves room (0.89 + 0.11 = 1.0, not more)
     roomy = tab.assign(server_running=[1.0, 2.0, 4.0, 8.0], server_waiting=[0, 0, 0, 0.0])
     assert not ev(judge(roomy, vllm(16)), "kv_cache").holds
+
+
+def test_refusals_where_throughput_stops_rising_are_rejections_without_other_signs_of_a_knee():
+    # measured behind a real nginx (limit_conn 4, 503), /metrics scraped through it (refused:
+    # no server counters), ladder 2, 4, 8: flat from 4 users, 9 x 503 of 26 at 8, TTFT flat (the
+    # refusals come at once); the verdict said "none - no saturation up to 8 users"
+    tab = table(
+        users=[2, 4, 8],
+        tput=[73, 183, 155],
+        running=[2.0, NAN, NAN],
+        waiting=[0.0, NAN, NAN],
+        completed=[8, 20, 17],
+        errors=[0, 0, 9],
+        error_kinds=["", "", "http_5xx:9"],
+        e2e=[727, 794, 794],
+    )
+    verdict = judge(tab)
+    assert verdict.bottleneck is K.REJECTIONS
+    assert verdict.critical_concurrency == 4
+    assert ev(verdict, "rejections").values["users"] == 8.0
+    # still scaling with the same refusals: not the limit
+    rising = table(
+        users=[2, 4, 8],
+        tput=[73, 183, 330],
+        running=[2.0, NAN, NAN],
+        waiting=[0.0, NAN, NAN],
+        completed=[8, 20, 40],
+        errors=[0, 0, 9],
+        error_kinds=["", "", "http_5xx:9"],
+        e2e=[727, 794, 794],
+    )
+    assert judge(rising).bottleneck is not K.REJECTIONS
