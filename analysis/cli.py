@@ -87,7 +87,8 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="user format file (TOML: named-group regexes, metric names) for a server without a built-in parser",
+        help="user format file (TOML: named-group regexes, metric names) for a server without a built-in parser, "
+        "or a shipped format's name (nginx-error: nginx's error log)",
     )
     parser.add_argument(
         "--server-family",

@@ -11,7 +11,6 @@ import argparse
 import math
 import shlex
 import shutil
-from pathlib import Path
 
 from llm_locust.client.protocols import ADAPTERS
 from llm_locust.client.workload.options import add_workload_options, validate_workload_options
@@ -252,12 +251,12 @@ def parse_log_command(command: str) -> list[str]:
 
 
 def _load_format_file(path: str) -> None:
-    """Parse a ``--server-log-format`` file as the analysis will (TOML; its errors name the line
-    and column, or the table and key)."""
-    from analysis.server.userformat import UserFormatError, load_user_format
+    """Parse a ``--server-log-format`` file (or shipped format name, ``nginx-error``) as the
+    analysis will (TOML; its errors name the line and column, or the table and key)."""
+    from analysis.server.userformat import UserFormatError, format_file_path, load_user_format
 
     try:
-        load_user_format(Path(path).read_text(encoding="utf-8"), source=path)
+        load_user_format(format_file_path(path).read_text(encoding="utf-8"), source=path)
     except UserFormatError as exc:  # its message starts with the path, which the caller names
         raise ValueError(str(exc).removeprefix(f"{path}: ")) from None
 
@@ -271,10 +270,10 @@ def log_format_problem(path: str, *, followed: bool) -> str | None:
     """
     if followed:
         return None
-    from analysis.server.userformat import UserFormatError, load_user_format
+    from analysis.server.userformat import UserFormatError, format_file_path, load_user_format
 
     try:
-        fmt = load_user_format(Path(path).read_text(encoding="utf-8"), source=path)
+        fmt = load_user_format(format_file_path(path).read_text(encoding="utf-8"), source=path)
     except (OSError, UserFormatError):
         return None  # refused with its own message by the file check
     if fmt.metric_specs or fmt.metric_config:
@@ -518,5 +517,6 @@ def add_server_options(group) -> None:
     group.add_argument(
         "--server-log-format", default="", metavar="FILE",
         help="User format file (TOML: named-group regexes, metric names) for a server without a "
-             "built-in parser; copied into the run directory",
+             "built-in parser, or a shipped format's name (nginx-error: nginx's error log in front "
+             "of the server); copied into the run directory",
     )  # fmt: skip

@@ -16,7 +16,7 @@ Example::
     site = GatewaySite(port=free_port(), upstreams=("127.0.0.1:8000",), limit_conn=4)
     with nginx_gateway(tmp_path, [site]) as gateway:
         requests.get(f"{site.url}/health")
-        gateway.error_log.read_text()
+        gateway.site_error_log(site).read_text()
 """
 
 from __future__ import annotations
@@ -130,7 +130,9 @@ def nginx_conf(prefix: Path, sites: Sequence[GatewaySite]) -> str:
             f"    upstream backend{k} {{\n{upstream}\n"
             + (f"        keepalive {site.upstream_keepalive};\n" if site.upstream_keepalive else "")
             + "    }\n"
-            + f"    server {{\n        listen 127.0.0.1:{site.port};\n        location / {{\n{body}\n        }}\n    }}\n"
+            + f"    server {{\n        listen 127.0.0.1:{site.port};\n"
+            + f"        error_log {prefix / site_error_log(site)} error;\n"
+            + f"        location / {{\n{body}\n        }}\n    }}\n"
         )
     temp = "\n".join(
         f"    {name}_temp_path {prefix / (name + '_temp')};"
@@ -149,6 +151,12 @@ def nginx_conf(prefix: Path, sites: Sequence[GatewaySite]) -> str:
     )
 
 
+def site_error_log(site: GatewaySite) -> str:
+    """The file name of ``site``'s own error log (its requests' lines: ``limiting connections``,
+    ``upstream timed out``), so each case reads only its own."""
+    return f"error-{site.port}.log"
+
+
 @dataclass(frozen=True)
 class NginxGateway:
     """A running nginx: its master process, its sites and the logs it writes."""
@@ -159,8 +167,15 @@ class NginxGateway:
 
     @property
     def error_log(self) -> Path:
-        """nginx's error log (``limiting connections by zone``, ``upstream timed out`` lines)."""
+        """nginx's main error log (its start and stop; the sites' requests log to their own)."""
         return self.prefix / "error.log"
+
+    def site_error_log(self, site: GatewaySite | None = None) -> Path:
+        """The error log of ``site`` (default: the only one): ``limiting connections by zone``,
+        ``upstream timed out`` lines of its requests."""
+        if site is None:
+            (site,) = self.sites
+        return self.prefix / site_error_log(site)
 
     @property
     def access_log(self) -> Path:

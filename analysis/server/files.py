@@ -39,7 +39,7 @@ from analysis.schema import (
     STAMP_COLUMNS,
 )
 from analysis.server.serverlog import LogText, keep_rule, read_log
-from analysis.server.userformat import UserFormat, UserFormatError, load_user_format
+from analysis.server.userformat import UserFormat, UserFormatError, format_file_path, load_user_format
 
 __all__ = [
     "SCRAPE_COLUMNS",
@@ -116,7 +116,8 @@ def read_server_files(
         A log to read instead of ``run_dir/server.log`` (its stamps are used only when it is
         the run directory's own log).
     server_log_format : Path, optional
-        A format file to use instead of ``run_dir/server_log_format.toml``.
+        A format file (or a shipped format's name, ``nginx-error``) to use instead of
+        ``run_dir/server_log_format.toml``.
 
     Raises
     ------
@@ -128,9 +129,12 @@ def read_server_files(
     log_path = Path(server_log) if server_log is not None else own_log
     if server_log is not None and not log_path.is_file():
         raise ServerFilesError(f"{log_path}: no such server log")
-    format_path = Path(server_log_format) if server_log_format is not None else run_dir / SERVER_LOG_FORMAT
-    if server_log_format is not None and not format_path.is_file():
-        raise ServerFilesError(f"{format_path}: no such format file")
+    format_path = run_dir / SERVER_LOG_FORMAT
+    if server_log_format is not None:
+        try:
+            format_path = format_file_path(server_log_format)
+        except UserFormatError as exc:
+            raise ServerFilesError(f"format file {exc}") from None
     format_text = format_path.read_text(encoding="utf-8") if format_path.is_file() else None
     log = None
     if log_path.is_file():

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ from analysis.server.series import covered_s, empty_series
 from analysis.server.serverlog import LogClock, ServerLogResult, TimeSource, parse_server_log
 from analysis.server.serverlog.batchlines import batch_events
 from analysis.server.serverlog.clock import parse_tz, tz_from_offset
+from analysis.server.serverlog.errors import count_by_kind, scraper_lines
 from analysis.server.userformat import UserFormat, load_user_format
 
 if TYPE_CHECKING:  # a type only: analysis.rundir reads server files through this package
@@ -211,13 +213,26 @@ def gather(run: Run, options: ServerOptions | None = None) -> ServerEvidence:
         clock = _clock(run, options, user)
         log = parse_server_log(files.log, clock=clock, family=log_family, user_format=user)
         batches = batch_events(files.log, clock=clock, family=log.family, user_format=user)
+    notes = []
+    if log is not None and len(log.errors):
+        scraped = {*map(str, run.meta.get("metrics_urls") or ()), *files.scrapes["source"].astype(str)}
+        scraped |= set(samples["source"].astype(str).unique()) if len(samples) else set()
+        own = scraper_lines(log.errors, sorted(scraped))
+        if own.any():
+            mine = log.errors[own]
+            kinds = ", ".join(f"{k} {n}" for k, n in count_by_kind(mine).items())
+            paths = ", ".join(sorted(mine["path"].unique()))
+            notes.append(
+                f"{int(own.sum())} server log error line(s) are the scraper's own requests ({paths}: {kinds}), "
+                "left out of the users' failures"
+            )
+            log = dataclasses.replace(log, errors=log.errors[~own].reset_index(drop=True))
     config = merge_configs(
         aggregate_config(replicas),  # a gateway's /props is one replica's, the log one replica's
         log.config if log is not None else None,
         info_config(files.info),
         metrics_config(samples, metrics_family, user=mapping) if metrics_family else None,
     )
-    notes = []
     if not samples.empty and metrics_family is None:
         notes.append(
             "server_metrics.csv holds no metric name of a known engine (give "
@@ -325,7 +340,7 @@ def describe_sources(evidence: ServerEvidence, policy: ServerSource, labels: lis
         parts.append(f"server log ({log.family.value} parser, {log.data_lines} data lines placed by {log.time_source})")
     counts = {name: labels.count(name) for name in ("metrics", "log", "metrics+log", "")}
     per_step = ", ".join(f"{name or 'none'} in {n}" for name, n in counts.items() if n)
-    scrapes = scrape_counts_text(evidence.scrapes)
+    scrapes = "; ".join(t for t in (scrape_counts_text(evidence.scrapes), refused_scrapes_text(evidence.scrapes)) if t)
     if not parts:
         return f"server data: none (policy {policy.value}): condition (b) skipped, the verdict rests on client data" + (
             f"; {scrapes}" if scrapes else ""
@@ -371,3 +386,41 @@ def scrape_counts_text(scrapes: pd.DataFrame) -> str:
         kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(failed.value_counts().items()))
         text += f", {len(failed)} failed ({kinds})"
     return text
+
+
+REFUSAL_STATUSES: frozenset[str] = frozenset({"429", "503"})
+"""HTTP statuses of a scrape that was refused (a limit, not a broken endpoint)."""
+
+
+def refused_scrapes_text(scrapes: pd.DataFrame) -> str:
+    """Per endpoint that refused scrapes (HTTP 429/503, :data:`REFUSAL_STATUSES`), what that
+    means for the server series ("" when none did).
+
+    A metrics URL behind the same gateway as the load (``--host`` at nginx, ``/metrics``
+    proxied to the server) is subject to its limits: each scrape takes one of its connection
+    slots, and while the users hold them all it is refused like a user. The series then have
+    no data where it was refused (:mod:`analysis.server.freshness`), which must be said, not
+    left as blank steps.
+
+    >>> scrapes = pd.DataFrame({"source": ["http://gw/metrics"] * 3, "ok": [True, False, False],
+    ...                         "error_kind": ["", "http_error", "http_error"],
+    ...                         "status_code": ["200", "503", "503"]})
+    >>> refused_scrapes_text(scrapes)[:62]
+    'http://gw/metrics refused 2 of 3 scrapes (HTTP 503 2): the end'
+    """
+    if scrapes is None or scrapes.empty or "status_code" not in scrapes.columns:
+        return ""
+    codes = scrapes["status_code"].astype(str).str.strip().str.removesuffix(".0")
+    texts = []
+    for source, group in scrapes.assign(code=codes).groupby("source", sort=True):
+        refused = group[~group["ok"].astype(bool) & group["code"].isin(REFUSAL_STATUSES)]
+        if refused.empty:
+            continue
+        by_code = ", ".join(f"HTTP {code} {n}" for code, n in sorted(refused["code"].value_counts().items()))
+        texts.append(
+            f"{source} refused {len(refused)} of {len(group)} scrapes ({by_code}): the endpoint is behind a "
+            "limit that refuses the users too (a gateway's connection or rate limit, where each scrape takes "
+            "one of its slots); the server series have no data where it refused (not zero) - scrape the "
+            "server itself (--metrics-url http://<server>/metrics)"
+        )
+    return "; ".join(texts)

@@ -23,7 +23,7 @@ A small TOML file of named-group regular expressions for the log and a metric-na
 
     [[log.errors]]                # tried before the built-in error patterns
     kind = "queue_full"
-    pattern = 'queue is full'
+    pattern = 'queue is full'     # a group named path: the request's path (see below)
 
     [metrics]                     # series column = sample name (a gauge) or a table
     running = "deepinfer_batch_size"
@@ -34,7 +34,14 @@ A small TOML file of named-group regular expressions for the log and a metric-na
     batch_ceiling = "deepinfer_max_batch_size"
 
 Series groups: :data:`SERIES_GROUPS`; batch groups: :data:`BATCH_GROUPS`; config groups:
-:data:`CONFIG_GROUPS`.
+:data:`CONFIG_GROUPS`. An error pattern may name the request's path (group ``path``, e.g. from a
+gateway's ``request: "GET /metrics HTTP/1.1"``): lines of the scraper's own requests (the path of
+a scraped URL) are then counted apart, never as the users' failures.
+
+Format files shipped with the package (:data:`FORMATS_DIR`, named by :func:`shipped_formats`):
+``--server-log-format nginx-error`` reads nginx's error log (``limit_conn`` / ``limit_req``
+refusals, ``upstream timed out``, ``upstream prematurely closed``); :func:`format_file_path`
+turns a name or a path into the file.
 
 Patterns are matched line by line (``re.search``), and a pattern sees at most the first
 :data:`analysis.server.serverlog.base.USER_PATTERN_CHARS` (8,192) characters of a line: a
@@ -50,6 +57,7 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
@@ -95,6 +103,38 @@ METRIC_COLUMNS: tuple[str, ...] = ("running", "waiting", "kv_usage_ratio", "gen_
 
 class UserFormatError(ValueError):
     """A format file that cannot be used (the message names the file and the problem)."""
+
+
+FORMATS_DIR = Path(__file__).resolve().parent / "formats"
+"""The format files shipped with the package (``<name>.toml``)."""
+
+
+def shipped_formats() -> dict[str, Path]:
+    """``{name: path}`` of the shipped format files, by name.
+
+    >>> "nginx-error" in shipped_formats()
+    True
+    """
+    return {path.stem: path for path in sorted(FORMATS_DIR.glob("*.toml"))}
+
+
+def format_file_path(value: str | Path) -> Path:
+    """The format file ``--server-log-format`` names: a file that exists, else a shipped
+    format's name (``nginx-error``, with or without ``.toml``).
+
+    Raises
+    ------
+    UserFormatError
+        Neither a file nor a shipped name (the message lists the shipped names).
+    """
+    path = Path(value)
+    if path.is_file():
+        return path
+    shipped = shipped_formats()
+    name = str(value).removesuffix(".toml")
+    if name in shipped:
+        return shipped[name]
+    raise UserFormatError(f"{value}: no such file, and not a shipped format (shipped: {', '.join(shipped)})")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -77,6 +77,17 @@ independent of its value: the time-average is unbiased whatever the period of th
 ABSENT_STATUSES = frozenset({404, 405, 410, 501})
 """Statuses of a first scrape that mean "no metrics endpoint here" (not a passing fault)."""
 
+REFUSED_STATUSES = frozenset({429, 503})
+"""A scrape answered with one of these was refused by a limit (not a broken endpoint)."""
+
+REFUSED_HINT = (
+    "the metrics endpoint is behind a limit that refuses the load too (a gateway's connection or rate "
+    "limit in front of the server: each scrape takes one of its slots); the server series have no data "
+    "where it refused - scrape the server itself (--metrics-url http://<server>/metrics)"
+)
+"""What a refused scrape means, said on the console (the analysis says it again, from
+``server_scrapes.csv``: :func:`analysis.server.sources.refused_scrapes_text`)."""
+
 
 def default_timeout_s(interval_s: float) -> float:
     """The default scrape timeout: :data:`TIMEOUT_INTERVALS` x ``interval_s``, s.
@@ -330,6 +341,7 @@ class MetricsScraper:
         self.extra_sinks: list[Callable[[list[tuple]], None]] = []
         self.headers = headers or {}
         self.counts: dict[str, Counter] = {url: Counter() for url in self.urls}
+        self.refused: Counter = Counter()  # per URL: scrapes answered 429/503 (REFUSED_STATUSES)
         self._warned: set[tuple[str, ScrapeErrorKind]] = set()
         self.absent: dict[str, int] = {}
         """Endpoints whose first scrape answered :data:`ABSENT_STATUSES` (no success before):
@@ -451,11 +463,14 @@ class MetricsScraper:
             return  # a first answer that says there is no endpoint: _detect_absent says it, once
         if (url, exc.kind) not in self._warned:
             self._warned.add((url, exc.kind))
-            logger.warning("scraping %s failed (%s: %s); will keep trying", url, exc.kind.value, exc)
+            hint = f"; {REFUSED_HINT}" if exc.status_code in REFUSED_STATUSES else ""
+            logger.warning("scraping %s failed (%s: %s); will keep trying%s", url, exc.kind.value, exc, hint)
 
     def _record(self, outcome: ScrapeOutcome) -> None:
         key = outcome.error_kind.value if outcome.error_kind is not None else "ok"
         self.counts.setdefault(outcome.source, Counter())[key] += 1
+        if not outcome.ok and outcome.status_code in REFUSED_STATUSES:
+            self.refused[outcome.source] += 1
         if self.outcome_sink is not None:
             try:
                 self.outcome_sink([outcome.row()])
@@ -500,5 +515,8 @@ class MetricsScraper:
             if failed:
                 kinds = ", ".join(f"{k} {n}" for k, n in sorted(failed.items()))
                 text += f", {sum(failed.values())} failed ({kinds})"
+            refused = self.refused.get(url, 0)
+            if refused:
+                text += f"; {refused} refused with HTTP 429/503: {REFUSED_HINT}"
             lines.append(text)
         return lines

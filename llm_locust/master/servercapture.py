@@ -110,7 +110,9 @@ class ServerCapture:
             self.meta["server_log_cmd"] = command
         fmt = config.server_log_format
         if fmt:
-            shutil.copyfile(fmt, self.run_dir / SERVER_LOG_FORMAT)
+            from analysis.server.userformat import format_file_path  # pandas: only with a format file
+
+            shutil.copyfile(format_file_path(fmt), self.run_dir / SERVER_LOG_FORMAT)  # a path or shipped name
             self.meta["server_log_format"] = str(fmt)
         self._headers = auth_headers(config.api_key)
         self._bases = list(dict.fromkeys([*([host.rstrip("/")] if host else []), *info_bases(config, host)]))

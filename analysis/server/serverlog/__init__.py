@@ -139,7 +139,9 @@ def parse_server_log(
     clock : LogClock, optional
         Year reference, time zone and time-source policy (default: UTC, no reference, auto).
     family : ServerFamily or str, optional
-        Parser to use; default: the user format's when it has log patterns, else detected.
+        Parser to use; default: the user format's when it has series patterns, else detected,
+        else the user format's when it stamps its lines (``[log] timestamp``: a log of error
+        lines only, such as a gateway's).
     user_format : UserFormat, optional
         A user format file: its log patterns (family ``generic``) and its error patterns (added
         for every family).
@@ -161,6 +163,8 @@ def parse_server_log(
             family = ServerFamily.GENERIC
         else:
             family = detect_log_family(log)
+    if family is None and user_format is not None and user_format.timestamp is not None:
+        family = ServerFamily.GENERIC  # a log of stamped error lines only (a gateway's: nginx-error)
     extra = user_format.error_patterns if user_format is not None else ()
     errors = scan_errors(log, extra=extra)
     if family is None:
@@ -177,9 +181,10 @@ def parse_server_log(
             ),
         )
     if family is ServerFamily.GENERIC:
-        if user_format is None or not user_format.has_log_patterns:
+        if user_format is None or not (user_format.has_log_patterns or user_format.timestamp is not None):
             raise ValueError(
-                "family 'generic' needs a user format file with [[log.series]], [[log.batches]] or [[log.config]]"
+                "family 'generic' needs a user format file with [[log.series]], [[log.batches]] or "
+                "[[log.config]], or a [log] timestamp (a log of error lines only)"
             )
         parser: LogParser = UserLogParser(user_format)
     elif family in PARSERS:

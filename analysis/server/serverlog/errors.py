@@ -11,6 +11,7 @@ matched against the patterns, so a day of log costs a few passes at memory speed
 from __future__ import annotations
 
 import re
+import urllib.parse
 
 import numpy as np
 import pandas as pd
@@ -119,29 +120,53 @@ def scan_errors(log: LogText, *, extra: tuple[tuple[str, str], ...] = ()) -> pd.
     Returns
     -------
     pandas.DataFrame
-        Columns ``t_s`` (float64), ``line`` (int64, 1-based), ``kind`` (str), ``text`` (the line,
-        at most 200 characters).
+        Columns ``t_s`` (float64), ``line`` (int64, 1-based), ``kind`` (str), ``path`` (str: the
+        request path a user pattern's ``path`` group read, "" otherwise), ``text`` (the line, at
+        most 200 characters).
     """
     user = compile_patterns(tuple(extra))
     builtin = compile_patterns(DEFAULT_PATTERNS)
-    rows: dict[int, str] = {}
+    rows: dict[int, tuple[str, str]] = {}
     for number in sorted(_candidate_lines(log, user)):
         line = log.line(number)
         head = line[:USER_PATTERN_CHARS]  # all a user pattern sees (bounds a slow one)
-        kind = next((kind for kind, regex in user if regex.search(head)), None) or next(
-            (kind for kind, regex in builtin if regex.search(line)), None
-        )
+        found = next(((kind, match) for kind, regex in user if (match := regex.search(head))), None)
+        if found is not None:
+            path = found[1].groupdict().get("path") or ""
+            rows[number] = (found[0], path)
+            continue
+        kind = next((kind for kind, regex in builtin if regex.search(line)), None)
         if kind is not None:
-            rows[number] = kind
+            rows[number] = (kind, "")
     numbers = np.array(sorted(rows), dtype=np.int64)
     return pd.DataFrame(
         {
             "t_s": np.full(len(numbers), np.nan),
             "line": numbers + 1,
-            "kind": [rows[n] for n in numbers],
+            "kind": [rows[n][0] for n in numbers],
+            "path": [rows[n][1] for n in numbers],
             "text": [log.line(int(n))[:200] for n in numbers],
         }
-    ).astype({"t_s": "float64", "line": "int64", "kind": str, "text": str})
+    ).astype({"t_s": "float64", "line": "int64", "kind": str, "path": str, "text": str})
+
+
+def scraper_lines(errors: pd.DataFrame, scraped_urls) -> pd.Series:
+    """Which error lines are the scraper's own requests: their ``path`` is the path of one of
+    ``scraped_urls`` (a gateway in front of the server refuses or times out the scraper's
+    ``GET /metrics`` like a user's request). Lines without a path are never the scraper's.
+
+    Returns
+    -------
+    pandas.Series
+        bool, same index as ``errors``.
+
+    >>> frame = pd.DataFrame({"path": ["/metrics", "/v1/chat/completions", ""]})
+    >>> scraper_lines(frame, ["http://127.0.0.1:8080/metrics"]).tolist()
+    [True, False, False]
+    """
+    paths = {urllib.parse.urlsplit(str(url)).path or "/" for url in scraped_urls}
+    column = errors["path"] if "path" in errors.columns else pd.Series("", index=errors.index)
+    return (column.astype(str).isin(paths) & (column.astype(str) != "")).astype(bool)
 
 
 def count_by_kind(errors: pd.DataFrame) -> dict[str, int]:

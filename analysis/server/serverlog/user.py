@@ -180,8 +180,9 @@ def _config_value(kind: type, text: str | None):
 
 
 def config(log: LogText, fmt: UserFormat) -> ServerConfig:
-    """The first match of each ``[[log.config]]`` group."""
-    out = ServerConfig(engine=fmt.name)
+    """The first match of each ``[[log.config]]`` group; the format's name is the engine's
+    unless the file reads no server data (a gateway's error log: nginx is not the engine)."""
+    out = ServerConfig(engine=fmt.name if fmt.series_patterns or fmt.config_patterns or fmt.batch_patterns else None)
     for pattern in fmt.config_patterns:
         match, number = _first_match(log, pattern.regex)
         if not match:

@@ -334,7 +334,10 @@ def test_a_well_formed_server_log_format_and_a_missing_one(tmp_path):
     good = tmp_path / "good.toml"
     good.write_text(FORMAT_TOML)
     validate_options(argparse.Namespace(server_log_format=str(good)))
-    assert "No such file" in _refused("server_log_format", tmp_path / "nope.toml")
+    refused = _refused("server_log_format", tmp_path / "nope.toml")
+    assert "no such file, and not a shipped format (shipped: nginx-error" in refused, refused
+    # a shipped format is named, not pointed at (checked like a file)
+    validate_options(argparse.Namespace(server_log_format="nginx-error", server_log="nginx-error.log"))
 
 
 def test_the_drain_ends_as_soon_as_the_last_user_is_gone():

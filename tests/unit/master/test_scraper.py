@@ -10,7 +10,7 @@ import gevent
 import pytest
 
 from analysis.schema import SCRAPE_COLUMNS
-from llm_locust.master.scraper import MetricsScraper
+from llm_locust.master.scraper import REFUSED_HINT, MetricsScraper
 from llm_locust.run.launcher import free_port
 from tests.scripted_server import body_script
 
@@ -130,7 +130,7 @@ def test_http_error_and_refused_connection_are_classified(scripted_server):
     assert (first["error_kind"], first["status_code"]) == ("http_error", 503)
     assert (second["error_kind"], second["status_code"]) == ("connection_error", None)
     assert scraper.summary_lines() == [
-        f"{url}: 0 scrapes ok, 1 failed (http_error 1)",
+        f"{url}: 0 scrapes ok, 1 failed (http_error 1); 1 refused with HTTP 429/503: {REFUSED_HINT}",
         f"{refused}: 0 scrapes ok, 1 failed (connection_error 1)",
     ]
 
