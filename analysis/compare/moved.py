@@ -15,6 +15,7 @@ import numpy as np
 
 from analysis.compare.rounds import RoundSummary
 from analysis.compare.stats import Estimate, median_ratio_ci, nan_estimate, ratio_of
+from analysis.verdict.types import Rules
 
 CEILING_MIN_CHANGE = 0.10
 """Smallest relative difference of two batch ceilings counted as a change (and at least one sequence)."""
@@ -23,8 +24,11 @@ KNEE_TOLERANCE_STEPS = 1
 """Critical concurrencies this many ladder steps apart or fewer count as the same knee (the rule
 decides at a doubling: one step either way is within one measurement's reach)."""
 
-QUEUED_MIN = 1.0
-"""Instantaneous waiting requests from which a round's observed running maximum is its ceiling."""
+QUEUED_MIN = Rules().waiting_threshold
+"""Waiting requests, time-averaged over a ladder step (the knee rule's queue threshold), from which a
+round's observed running maximum is its ceiling: a persistent queue. An instantaneous maximum is not
+enough - one scrape can catch a request between two scheduler iterations (waiting 1 at 4 users under
+a ceiling of 8 read the ceiling as 4)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,8 +72,12 @@ class CeilingChange:
         }
 
 
+def _queued(summary: RoundSummary) -> bool:
+    return math.isfinite(summary.waiting_mean) and summary.waiting_mean >= QUEUED_MIN
+
+
 def _ceiling(summary: RoundSummary) -> tuple[float | None, str]:
-    queued = math.isfinite(summary.waiting_max) and summary.waiting_max >= QUEUED_MIN
+    queued = _queued(summary)
     if queued and math.isfinite(summary.running_max) and summary.running_max > 0:
         return float(summary.running_max), "observed running max with requests waiting"
     config = summary.server_config
@@ -81,7 +89,7 @@ def _ceiling(summary: RoundSummary) -> tuple[float | None, str]:
 
 
 def _reached(summary: RoundSummary, ceiling: float) -> bool:
-    queued = math.isfinite(summary.waiting_max) and summary.waiting_max >= QUEUED_MIN
+    queued = _queued(summary)
     return bool(queued or (math.isfinite(summary.running_max) and summary.running_max >= ceiling))
 
 

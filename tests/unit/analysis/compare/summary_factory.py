@@ -49,6 +49,7 @@ def summary(
     running_max: float,
     waiting_max: float,
     ceiling: int | None,
+    waiting_mean: float = math.nan,
     prefill: list[float] | None = None,
     batch_wait_max_ms: float | None = None,
     repeat_decode: Estimate | None = None,
@@ -82,6 +83,7 @@ def summary(
         failures=0,
         running_max=running_max,
         waiting_max=waiting_max,
+        waiting_mean=waiting_mean,
         server_config=ServerConfig(
             batch_ceiling=ceiling, batch_ceiling_name="n_slots", batch_wait_max_ms=batch_wait_max_ms
         ),
