@@ -2,7 +2,16 @@
 
 **Outage** (the server unreachable): all requests of all workers in the order they ended; each
 maximal run of consecutive ones that failed at the connection level (:data:`CONNECTION_KINDS`:
-refused, reset, closed mid-stream, no connection in time) is one spell (:func:`outages`).
+refused, reset, closed mid-stream, no connection in time) is one spell (:func:`outages`) when
+at least one of them never reached the server (:func:`connection_failures`: no status line came
+back). A **cut stream** - a connection closed after the server (or a gateway in front of it)
+had answered with its status line, e.g. nginx's ``proxy_read_timeout`` firing on a stream it
+had answered 200 for - proves the server reachable: it joins a spell of unreachable requests
+beside it (the streams in flight when a server dies are cut, the next connections refused),
+but cut streams alone are no outage, however many end together. What they are instead
+(timeouts when the server's or the gateway's log accounts for them) is the failure rules' to
+say (:func:`analysis.verdict.failures.client_failures`, from ``cut_streams`` of
+:func:`step_faults`).
 :func:`outage_spells` adds when the server answered again: the start of the first request that
 was answered (any other outcome) after the spell's last failure - the server was back by then,
 and not before the last failure. A spell counts as an outage of the run when it has at least
@@ -37,33 +46,72 @@ SPELL_COLUMNS: tuple[str, ...] = ("start_s", "end_s", "span_s", "requests", "rec
 """Columns of :func:`outage_spells`."""
 
 
-def outages(end_s: np.ndarray, unreachable: np.ndarray) -> list[dict]:
-    """Spells when the server could not be reached: runs of connection-level failures.
+def connection_failures(kinds, status_code=None) -> tuple[np.ndarray, np.ndarray]:
+    """Which requests never reached the server, and which were cut after it answered.
+
+    Parameters
+    ----------
+    kinds : sequence of str
+        ``error_kind`` of each request ("" for a success).
+    status_code : sequence of float, optional
+        HTTP status of each request, 0 (or NaN) when no response arrived (``requests.csv``
+        ``status_code``). Absent (a record without it): every connection-level failure counts
+        as unreachable.
+
+    Returns
+    -------
+    (numpy.ndarray of bool, numpy.ndarray of bool)
+        ``unreachable``: a :data:`CONNECTION_KINDS` failure with no status line (refused, reset
+        or closed before any byte of the answer, no connection in time); ``cut``: a
+        :data:`CONNECTION_KINDS` failure after a status line (the connection closed mid-stream:
+        the server or a gateway answered, then cut it).
+
+    >>> connection_failures(["", "connection_error", "connection_error", "connect_timeout"], [200, 0, 200, 0])
+    (array([False,  True, False,  True]), array([False, False,  True, False]))
+    """
+    connection = np.fromiter((str(k) in CONNECTION_KINDS for k in kinds), dtype=bool)
+    if status_code is None:
+        return connection, np.zeros(len(connection), dtype=bool)
+    answered = np.nan_to_num(np.asarray(status_code, dtype=float), nan=0.0) > 0
+    return connection & ~answered, connection & answered
+
+
+def outages(end_s: np.ndarray, unreachable: np.ndarray, cut: np.ndarray | None = None) -> list[dict]:
+    """Spells when the server could not be reached: runs of connection-level failures that hold
+    at least one unreachable request (module docstring).
 
     Parameters
     ----------
     end_s : numpy.ndarray
         End of each request, Unix s.
     unreachable : numpy.ndarray of bool
-        Whether each request failed at the connection level (:data:`CONNECTION_KINDS`).
+        Whether each request failed without reaching the server (:func:`connection_failures`).
+    cut : numpy.ndarray of bool, optional
+        Whether each request's stream was cut after the server answered (joins a spell, makes
+        none); default none was.
 
     Returns
     -------
     list of dict
         ``start_s``, ``end_s`` (ends of its first and last failed request, Unix s), ``span_s``
-        and ``requests`` (how many failed in it), in time order.
+        and ``requests`` (how many failed in it, cut streams included), in time order.
 
     >>> outages(np.array([1.0, 2.0, 2.5, 3.0, 4.0]), np.array([False, True, True, False, True]))
     [{'start_s': 2.0, 'end_s': 2.5, 'span_s': 0.5, 'requests': 2}, {'start_s': 4.0, 'end_s': 4.0, 'span_s': 0.0, 'requests': 1}]
+    >>> outages(np.array([1.0, 2.0, 2.5, 3.0]), np.array([False] * 4), np.array([False, True, True, False]))
+    []
     """
     order = np.argsort(end_s, kind="stable")
-    ends, down = np.asarray(end_s, dtype=float)[order], np.asarray(unreachable, dtype=bool)[order]
+    ends = np.asarray(end_s, dtype=float)[order]
+    lost = np.asarray(unreachable, dtype=bool)[order]
+    down = lost | (np.asarray(cut, dtype=bool)[order] if cut is not None else False)
     edges = np.diff(np.concatenate([[0], down.astype(np.int8), [0]]))
     firsts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # each run: [first, stop)
     return [
         {"start_s": float(ends[a]), "end_s": float(ends[b - 1]), "span_s": float(ends[b - 1]) - float(ends[a]),
          "requests": int(b - a)}
         for a, b in zip(firsts, stops)
+        if lost[a:b].any()
     ]  # fmt: skip
 
 
@@ -73,7 +121,8 @@ def outage_spells(requests: pd.DataFrame, *, min_failures: int = OUTAGE_MIN_FAIL
     Parameters
     ----------
     requests : pandas.DataFrame
-        ``requests.csv`` rows: ``t_start_s`` (Unix s), ``e2e_ms``, ``error_kind``.
+        ``requests.csv`` rows: ``t_start_s`` (Unix s), ``e2e_ms``, ``error_kind``, and
+        ``status_code`` when recorded (:func:`connection_failures`).
     min_failures : int
         Fewest failures in a row that make an outage.
 
@@ -88,16 +137,23 @@ def outage_spells(requests: pd.DataFrame, *, min_failures: int = OUTAGE_MIN_FAIL
         return pd.DataFrame({c: pd.Series(dtype="int64" if c == "requests" else "float64") for c in SPELL_COLUMNS})
     end = end_time_s(requests).to_numpy("float64")
     kinds = requests["error_kind"].astype(str)
-    unreachable = kinds.isin(list(CONNECTION_KINDS)).to_numpy()
-    spells = [s for s in outages(end, unreachable) if s["requests"] >= min_failures]
+    unreachable, cut = connection_failures(kinds, _status(requests))
+    spells = [s for s in outages(end, unreachable, cut) if s["requests"] >= min_failures]
     starts = requests["t_start_s"].to_numpy("float64")
-    answered_starts = np.sort(starts[~unreachable & (kinds != "interrupted").to_numpy()])
+    answered_starts = np.sort(starts[~unreachable & ~cut & (kinds != "interrupted").to_numpy()])
     for spell in spells:
         later = answered_starts[answered_starts > spell["end_s"]]
         spell["recovered_s"] = float(later[0]) if len(later) else np.nan
     frame = pd.DataFrame(spells, columns=list(SPELL_COLUMNS))
     return frame.astype({"start_s": "float64", "end_s": "float64", "span_s": "float64", "requests": "int64",
                          "recovered_s": "float64"})  # fmt: skip
+
+
+def _status(requests: pd.DataFrame) -> np.ndarray | None:
+    """``status_code`` as float (NaN where empty), None when the column is absent."""
+    if "status_code" not in requests.columns:
+        return None
+    return pd.to_numeric(requests["status_code"], errors="coerce").to_numpy("float64")
 
 
 def step_faults(requests: pd.DataFrame, windows: pd.DataFrame, spells: pd.DataFrame) -> pd.DataFrame:
@@ -122,13 +178,17 @@ def step_faults(requests: pd.DataFrame, windows: pd.DataFrame, spells: pd.DataFr
         recovered) and ``outage_failures`` (int64, that outage's connection-level failures);
         ``answered_users`` and ``failed_users`` (time-average number of requests in flight over
         the window that succeeded / failed; ``interrupted`` ones, cut by the test's stop, in
-        neither).
+        neither); ``cut_streams`` (int64, requests ending in ``[window_start_s, window_end_s)``,
+        as the step table counts failures, whose stream was cut after the server answered:
+        :func:`connection_failures`).
     """
     end = end_time_s(requests)
     kinds = (
         requests["error_kind"].astype(str) if "error_kind" in requests.columns else pd.Series("", index=requests.index)
     )
     answered, failed = kinds == "", (kinds != "") & (kinds != "interrupted")
+    cut = connection_failures(kinds, _status(requests))[1]
+    cut_end = end[cut].to_numpy("float64")
     starts = requests["t_start_s"].astype(float)
     backoff = requests["backoff_ms"] if "backoff_ms" in requests.columns else pd.Series(0.0, index=requests.index)
     paused = backoff.fillna(0.0).astype(float) > 0
@@ -148,10 +208,11 @@ def step_faults(requests: pd.DataFrame, windows: pd.DataFrame, spells: pd.DataFr
                 failures += int(s.requests)
         answered_users = mean_inflight(starts[answered], end[answered], lo, hi) if hi > lo else np.nan
         failed_users = mean_inflight(starts[failed], end[failed], lo, hi) if hi > lo else np.nan
-        rows.append((users, waits, outage_s, failures, answered_users, failed_users))
+        cuts = int(((cut_end >= lo) & (cut_end < hi)).sum())
+        rows.append((users, waits, outage_s, failures, answered_users, failed_users, cuts))
     out = pd.DataFrame(rows, index=windows.index, columns=["backoff_users", "backoff_waits", "outage_s",
                                                            "outage_failures", "answered_users",
-                                                           "failed_users"])  # fmt: skip
+                                                           "failed_users", "cut_streams"])  # fmt: skip
     return out.astype({"backoff_users": "float64", "backoff_waits": "int64", "outage_s": "float64",
                        "outage_failures": "int64", "answered_users": "float64",
-                       "failed_users": "float64"})  # fmt: skip
+                       "failed_users": "float64", "cut_streams": "int64"})  # fmt: skip

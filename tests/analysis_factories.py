@@ -33,14 +33,17 @@ def make_request(
     error_kind: str = "",
     request_id: str = "",
 ) -> dict:
-    """One ``requests.csv`` row; a failure gets status 500 or 429 to match its kind."""
+    """One ``requests.csv`` row; a failure gets status 500 or 429 to match its kind, and none
+    (0, no headers) for a connection that never reached the server (``connection_error``,
+    ``connect_timeout``; a stream cut after its 200 is ``status_code=200`` set by the caller)."""
     ok = error_kind == ""
+    unreached = error_kind in ("connection_error", "connect_timeout")
     return {
         "request_id": request_id or f"w0-{t_start_s:.3f}",
         "worker_id": "w0",
         "name": "chat",
         "t_start_s": t_start_s,
-        "headers_ms": 5.0,
+        "headers_ms": "" if unreached else 5.0,
         "ttft_ms": ttft_ms,
         "e2e_ms": e2e_ms,
         "prompt_tokens": 20,
@@ -48,7 +51,7 @@ def make_request(
         "tokens_source": "usage",
         "content_events": output_tokens,
         "finish_reason": "length" if ok else "",
-        "status_code": 200 if ok else (429 if error_kind == "http_429" else 500),
+        "status_code": 200 if ok else 0 if unreached else (429 if error_kind == "http_429" else 500),
         "error_kind": error_kind,
         "error_message": "" if ok else error_kind,
     }

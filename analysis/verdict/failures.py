@@ -7,10 +7,17 @@ Client kinds (``requests.csv`` ``error_kind``) and server log error kinds
   ``total_timeout``; server ``timeout`` lines; and client ``http_5xx`` answers that the
   server's ``timeout`` lines in the same steady window account for (an in-house server's
   504 "timed out in queue": the client sees only a 5xx, the server's log says it dropped the
-  request for waiting too long), counted as ``http_5xx_timed_out``, at most one per line.
+  request for waiting too long), counted as ``http_5xx_timed_out``, at most one per line; and,
+  with the lines left, client ``connection_error`` streams cut after the server answered
+  (``cut_streams`` of :func:`analysis.faults.step_faults`: the status line came, then the
+  connection closed mid-stream) counted as ``connection_error_timed_out``. That is a gateway or
+  a server timing out a stream it had started - nginx's ``proxy_read_timeout`` on a stream it
+  answered 200 for logs ``upstream timed out ... while reading upstream`` and closes the
+  client's connection - not an outage (the server answered; :mod:`analysis.faults`).
 - ``rejections``: every other client failure - ``http_429``, ``http_5xx``, ``http_4xx``,
-  ``connection_error``, ``stream_error``, ``truncated``, ``bad_response`` (the server did not
-  complete the request) - and server ``queue_full``, ``rejected``, ``dropped`` lines.
+  ``connection_error`` (a cut stream no ``timeout`` line accounts for included), ``stream_error``,
+  ``truncated``, ``bad_response`` (the server did not complete the request) - and server
+  ``queue_full``, ``rejected``, ``dropped`` lines.
 
 ``interrupted`` (a request still in flight when the test stopped it) is no failure of the server:
 it is left out of every count here.
@@ -41,8 +48,9 @@ from analysis.verdict.knee import fmt_users
 from analysis.verdict.types import BottleneckKind, Evidence, Rules
 
 CLIENT_TIMEOUT_KINDS: frozenset[str] = frozenset(
-    {"connect_timeout", "ttft_timeout", "stall_timeout", "total_timeout", "http_5xx_timed_out"}
-)
+    {"connect_timeout", "ttft_timeout", "stall_timeout", "total_timeout", "http_5xx_timed_out",
+     "connection_error_timed_out"}
+)  # fmt: skip
 """Client error kinds that are timeouts; every other client error kind is a rejection."""
 
 SERVER_KIND_MAP: dict[str, BottleneckKind] = {
@@ -188,23 +196,35 @@ def failed_time_share(table: pd.DataFrame) -> pd.Series:
 
 
 def client_failures(row) -> dict[str, int]:
-    """``{client error kind: n}`` of one step's failures, with the ``http_5xx`` answers its
-    server ``timeout`` lines account for moved to ``http_5xx_timed_out`` (module docstring).
+    """``{client error kind: n}`` of one step's failures, with those its server ``timeout``
+    lines account for moved to timeouts (module docstring): first the ``http_5xx`` answers, to
+    ``http_5xx_timed_out``, then, with the lines left, the cut streams, to
+    ``connection_error_timed_out``; each line accounts for one request at most.
 
     Parameters
     ----------
     row
         A step-table row (namedtuple or Series) with ``error_kinds`` and, optionally,
-        ``server_error_kinds``.
+        ``server_error_kinds`` and ``cut_streams`` (the step's ``connection_error`` requests
+        cut after the server answered).
+
+    >>> from types import SimpleNamespace as Row
+    >>> client_failures(Row(error_kinds="connection_error:5 http_5xx:1", server_error_kinds="timeout:4",
+    ...                     cut_streams=5))
+    {'connection_error': 2, 'http_5xx_timed_out': 1, 'connection_error_timed_out': 3}
     """
     counts = parse_kinds(row.error_kinds, failures_only=True)
     logged = parse_kinds(str(getattr(row, "server_error_kinds", "") or "")).get("timeout", 0)
-    moved = min(counts.get("http_5xx", 0), logged)
-    if moved:
-        counts["http_5xx"] -= moved
-        counts["http_5xx_timed_out"] = counts.get("http_5xx_timed_out", 0) + moved
-        if not counts["http_5xx"]:
-            del counts["http_5xx"]
+    cut = getattr(row, "cut_streams", 0)
+    cut = int(cut) if cut == cut and cut else 0  # NaN or absent: an older table
+    for kind, eligible in (("http_5xx", counts.get("http_5xx", 0)), ("connection_error", cut)):
+        moved = min(counts.get(kind, 0), eligible, logged)
+        if moved:
+            logged -= moved
+            counts[kind] -= moved
+            counts[f"{kind}_timed_out"] = counts.get(f"{kind}_timed_out", 0) + moved
+            if not counts[kind]:
+                del counts[kind]
     return counts
 
 

@@ -18,7 +18,8 @@ counted from the rows as they arrive (:class:`analysis.workers.WorkerCounts`: th
 become ``requests.csv``), CPU mean/max read from ``client_load.csv`` and the spells it was
 missing from run.json ``workers_missing`` at the end.
 
-Faults: ``outages`` (the server unreachable: runs of connection-level failures, see
+Faults: ``outages`` (the server unreachable: runs of connection-level failures holding one that
+never reached it - streams cut after the server answered join a run but make none - see
 :func:`analysis.faults.outages`), ``backoff`` (the pauses users took after a refused connection,
 a 429 or a 5xx: ``llm_locust.client.backoff``), ``interrupted`` requests (in flight when the test stopped) and ``workers_lost``
 (workers the master stopped hearing from, :mod:`llm_locust.master.workerloss`) are counted and
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis.faults import CONNECTION_KINDS, outages
+from analysis.faults import CONNECTION_KINDS, connection_failures, outages
 from analysis.workers import WorkerCounts
 from llm_locust.client.load import CPU_KEY
 from llm_locust.client.record import COLUMN_INDEX
@@ -112,7 +113,7 @@ class ClientReport:
         self.values = {name: array("d") for name in _KEPT}
         self.output_tokens = array("d")
         self.ok = array("b")
-        self.unreachable = array("b")
+        self.unreachable = array("b")  # 1: never reached the server, 2: cut after its answer, 0: neither
         self.failures: Counter = Counter()
         self.failures_by_status: Counter = Counter()
         self.interrupted = 0
@@ -148,7 +149,11 @@ class ClientReport:
         self.output_tokens.extend(tokens)
         kinds = ["" if kind is None else str(kind) for kind in columns[_ERROR_KIND]]
         self.ok.extend(0 if kind else 1 for kind in kinds)
-        self.unreachable.extend(1 if kind in CONNECTION_KINDS else 0 for kind in kinds)
+        if any(kind in CONNECTION_KINDS for kind in kinds):
+            lost, cut = connection_failures(kinds, _floats(columns[COLUMN_INDEX["status_code"]]))
+            self.unreachable.extend((lost.astype(np.int8) + 2 * cut.astype(np.int8)).tolist())
+        else:
+            self.unreachable.extend(bytes(len(kinds)))
         unanswered = np.fromiter(map(bool, kinds), dtype=bool, count=len(kinds))  # any error_kind
         failed = unanswered & np.fromiter((kind != INTERRUPTED for kind in kinds), dtype=bool, count=len(kinds))
         e2e = np.frombuffer(new["e2e_ms"], dtype=float)
@@ -255,6 +260,7 @@ class ClientReport:
         start = np.frombuffer(self.t_start_s, dtype=float) if len(self.t_start_s) else np.zeros(0)
         e2e = kept["e2e_ms"]
         end = start + np.nan_to_num(e2e) / 1000.0
+        codes = np.frombuffer(self.unreachable, dtype=np.int8) if len(self.unreachable) else np.zeros(0, np.int8)
         window_s = float(end.max() - start.min()) if len(start) else math.nan
         tokens = np.frombuffer(self.output_tokens, dtype=float) if len(self.output_tokens) else np.zeros(0)
         tpot_all = tpot_ms(pd.DataFrame({"ttft_ms": kept["ttft_ms"], "e2e_ms": e2e, "output_tokens": tokens}))
@@ -278,12 +284,7 @@ class ClientReport:
             else math.nan,
             "worker_cpu_peak_percent": dict(sorted(self.cpu_peak.items())),
             "interrupted": self.interrupted,
-            "outages": outages(
-                end,
-                np.frombuffer(self.unreachable, dtype=np.int8).astype(bool)
-                if len(self.unreachable)
-                else np.zeros(0, bool),
-            ),
+            "outages": outages(end, codes == 1, codes == 2),
             "backoff": {
                 "waits": int(sum(self.backoff_waits.values())),
                 "total_s": self.backoff_s,

@@ -17,6 +17,15 @@ One nginx (two sites) and two embedded servers serve the module:
   non-streaming requests of 32 tokens take ~0.8 s with up to 4 in flight and ~1.6 s once half
   of them queue for a slot (8 users): nginx answers 504 ``upstream timed out ... while reading
   response header from upstream``: ``timeouts``, critical concurrency 4 (the server's 4 slots).
+- site ``stream_timeout``: ``proxy_read_timeout 0.6s`` in front of the same ``--max-num-seqs 4``
+  server, streaming 48 tokens (~1.2 s a request, a token every ~25 ms). The server sends its 200
+  at once, also to a request that waits for a slot; from 8 users half of them wait ~1.2 s
+  without a byte, and nginx cuts them after their 200 (``upstream timed out ... while reading
+  upstream``): the client sees the connection closed mid-stream. Those are timeouts the
+  gateway's lines account for, not a server outage (the server answered every other request
+  meanwhile): ``timeouts``, critical concurrency 4. (0.6 s, not less: nginx moves a read timer
+  only by 300 ms or more, ``NGX_TIMER_LAZY_DELAY``, so a stream still sending may be cut after a
+  gap of ``timeout - 0.3 s``.)
 
 The issue's output behind nginx ("rejections at 8 users" beside "Critical concurrency: 8
 (failures dominate at 16 users)", and "the server log shows no such line" with 156 such lines in
@@ -57,6 +66,7 @@ LINE_STAMP = re.compile(r"^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d) \[error\]")
 class Module:
     limited: GatewaySite
     short_timeout: GatewaySite
+    stream_timeout: GatewaySite
     backend16: str
     backend4: str
     logs: dict
@@ -73,21 +83,24 @@ def gateway(tmp_path_factory):
             servers.append(start_sim_server(port=ports[name], max_num_seqs=seqs, log_path=tmp / f"{name}.log"))
         limited = GatewaySite(port=free_port(), upstreams=(f"127.0.0.1:{ports['b16']}",), limit_conn=LIMIT)
         short = GatewaySite(port=free_port(), upstreams=(f"127.0.0.1:{ports['b4']}",), proxy_read_timeout_s=1.2)
-        with nginx_gateway(tmp / "nginx", [limited, short]) as nginx:
-            logs = {site.port: nginx.site_error_log(site) for site in (limited, short)}
-            yield Module(limited, short, f"127.0.0.1:{ports['b16']}", f"127.0.0.1:{ports['b4']}", logs, tmp)
+        stream = GatewaySite(port=free_port(), upstreams=(f"127.0.0.1:{ports['b4']}",), proxy_read_timeout_s=0.6)
+        with nginx_gateway(tmp / "nginx", [limited, short, stream]) as nginx:
+            logs = {site.port: nginx.site_error_log(site) for site in (limited, short, stream)}
+            yield Module(limited, short, stream, f"127.0.0.1:{ports['b16']}", f"127.0.0.1:{ports['b4']}", logs, tmp)
     finally:
         for server in servers:
             stop_process(server, grace_s=10)
 
 
-def _run(module: Module, site: GatewaySite, name: str, *extra: str, ladder=LADDER) -> tuple[Path, str]:
+def _run(
+    module: Module, site: GatewaySite, name: str, *extra: str, ladder=LADDER, max_tokens: int = 32
+) -> tuple[Path, str]:
     """``llm-locust run`` through ``site`` with nginx's error log and the shipped format."""
     run_dir = module.tmp / name
     args = [
         sys.executable, "-m", "llm_locust.cli", "run", "--host", site.url, "--workers", "1",
         "--run-dir", str(run_dir), "--timeout-s", "90", "--ladder", ",".join(map(str, ladder)),
-        "--dwell-s", "5", "--warmup-s", "1.5", "--max-tokens", "32",
+        "--dwell-s", "5", "--warmup-s", "1.5", "--max-tokens", str(max_tokens),
         "--server-log", str(module.logs[site.port]), "--server-log-format", "nginx-error", *extra,
     ]  # fmt: skip
     completed = subprocess.run(args, capture_output=True, text=True, timeout=180)
@@ -118,17 +131,17 @@ def _lines_in_window(log: Path, run_dir: Path, users: int, pattern: str) -> tupl
     return inside, overlapping
 
 
-def _next_step(users: int) -> int:
-    return LADDER[LADDER.index(users) + 1]
+def _next_step(users: int, ladder=LADDER) -> int:
+    return ladder[ladder.index(users) + 1]
 
 
-def _common(verdict: dict, console: str, kind: str, critical: int) -> dict:
+def _common(verdict: dict, console: str, kind: str, critical: int, ladder=LADDER) -> dict:
     """The kind, the critical concurrency the config implies, one step named by the kind's
     text and by "Critical concurrency", the contract; returns the primary evidence."""
     assert verdict["bottleneck"] == kind, console[-4000:]
     assert verdict["critical_concurrency"] == critical, console[-4000:]
     primary = verdict["evidence"][0]
-    failing = _next_step(critical)
+    failing = _next_step(critical, ladder)
     assert primary["rule"] == kind and primary["values"]["users"] == failing, primary
     assert primary["text"].startswith(f"at {failing} users ")
     assert re.search(rf"Critical concurrency: {critical} \([a-z ]+ at {failing} users\)", console), console[-3000:]
@@ -203,6 +216,42 @@ def test_proxy_read_timeout_is_timeouts_where_requests_begin_to_queue(gateway, t
     assert inside > 0 and inside <= values["server_timeout"] <= overlapping, (values, inside, overlapping)
     # the client's 504s are timeouts because nginx's lines say so (a bare 5xx would be a rejection)
     assert values.get("client_http_5xx_timed_out", 0) > 0, values
+
+
+STREAM_LADDER = (2, 4, 8)
+
+
+@pytest.fixture(scope="module")
+def stream_timeout_run(gateway):
+    return _run(
+        gateway, gateway.stream_timeout, "stream-timeout", "--metrics-url", f"http://{gateway.backend4}/metrics",
+        ladder=STREAM_LADDER, max_tokens=48,
+    )  # fmt: skip
+
+
+def test_streams_cut_by_proxy_read_timeout_are_timeouts_not_an_outage(gateway, stream_timeout_run):
+    run_dir, console = stream_timeout_run
+    requests_csv = pd.read_csv(run_dir / "requests.csv", keep_default_na=False)
+    cut = requests_csv[(requests_csv["error_kind"] == "connection_error") & (requests_csv["status_code"] == 200)]
+    assert len(cut) > 0, console[-4000:]  # nginx cut streams it had answered 200 for
+    # no request failed to reach the server: every one got its status line
+    assert (requests_csv["status_code"] > 0).all(), requests_csv["status_code"].value_counts()
+    verdict = _verdict(run_dir)
+    primary = _common(verdict, console, "timeouts", SLOTS, STREAM_LADDER)
+    assert all(e["rule"] != "server_outage" or not e["holds"] for e in verdict["evidence"]), verdict["evidence"]
+    assert "outage" not in console.lower(), console[-4000:]
+    failing = _next_step(SLOTS, STREAM_LADDER)
+    inside, overlapping = _lines_in_window(
+        gateway.logs[gateway.stream_timeout.port], run_dir, failing, r"upstream timed out .* while reading upstream"
+    )
+    values = primary["values"]
+    assert inside > 0 and inside <= values["server_timeout"] <= overlapping, (values, inside, overlapping)
+    # the cut streams of that step are the timed-out ones (each accounted for by one line)
+    steps = pd.read_csv(run_dir / "report" / "steps.csv")
+    row = steps[steps["target_users"] == failing].iloc[0]
+    end_s = cut["t_start_s"] + cut["e2e_ms"] / 1000.0
+    cut_there = int(((end_s >= row["window_start_s"]) & (end_s < row["window_end_s"])).sum())
+    assert values["client_connection_error_timed_out"] == min(cut_there, values["server_timeout"]), (values, cut_there)
 
 
 def _stream(url: str) -> int:

@@ -137,3 +137,49 @@ def test_users_pausing_after_429_are_not_a_short_client(tmp_path):
     [rejections] = [e for e in result.verdict.evidence if e.rule == "rejections"]
     assert rejections.holds and rejections.values["backoff_share"] == pytest.approx(pausing / 8)
     assert f"{pausing / 8:.0%} at 8 users" in rejections.text
+
+
+def cut_frame(rows: list[tuple[float, float, str, int]]) -> pd.DataFrame:
+    """(t_start_s, e2e_ms, error_kind, status_code) rows, no pauses."""
+    frame_ = pd.DataFrame(rows, columns=["t_start_s", "e2e_ms", "error_kind", "status_code"])
+    frame_["backoff_ms"] = 0.0
+    return frame_
+
+
+def test_streams_cut_after_their_200_are_no_outage_however_many_end_together():
+    """A gateway's read timeout (nginx proxy_read_timeout) cuts 4 streams it had answered 200 for,
+    at 1.6 s, while 4 others are answered: no request failed to reach the server, so no outage;
+    the window counts the 4 cut streams (those ending in [0, 2))."""
+    requests = cut_frame(
+        [(0.0, 1200.0, "", 200) for _ in range(4)]                      # answered, end at 1.2
+        + [(1.0, 600.0, "connection_error", 200) for _ in range(4)]     # cut at 1.6
+        + [(1.2, 1200.0, "", 200) for _ in range(4)]                    # answered, end at 2.4
+        + [(1.6, 600.0, "connection_error", 200)]                       # cut at 2.2: next window
+    )  # fmt: skip
+    spells = outage_spells(requests)
+    assert spells.empty
+    windows = pd.DataFrame({"window_start_s": [0.0, 2.0], "window_end_s": [2.0, 4.0]})
+    faults = step_faults(requests, windows, spells)
+    assert faults["cut_streams"].tolist() == [4, 1]
+    assert faults["outage_s"].tolist() == [0.0, 0.0]
+
+
+def test_streams_cut_when_the_server_dies_start_the_outage_its_refusals_make():
+    """The server dies at 1.5 s: two streams in flight are cut (status 200, then closed), the next
+    two connections are refused (status 0), then it answers a request sent at 3.0. One spell of
+    4 failures from the first cut stream's end to 3.0; with only the cut streams (no refusal)
+    there would be none."""
+    requests = cut_frame([
+        (0.0, 1000.0, "", 200),                     # ends 1.0
+        (0.5, 1000.0, "connection_error", 200),     # cut at 1.5
+        (0.6, 900.0, "connection_error", 200),      # cut at 1.5
+        (1.7, 1.0, "connection_error", 0),          # refused, ends 1.701
+        (2.0, 1.0, "connect_timeout", 0),           # ends 2.001
+        (3.0, 500.0, "", 200),                      # answered again
+    ])  # fmt: skip
+    spells = outage_spells(requests)
+    assert spells.to_dict("records") == [
+        {"start_s": 1.5, "end_s": 2.001, "span_s": pytest.approx(0.501), "requests": 4, "recovered_s": 3.0}
+    ]
+    only_cut = requests[requests["status_code"] > 0]
+    assert outage_spells(only_cut).empty

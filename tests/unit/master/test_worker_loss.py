@@ -155,3 +155,21 @@ def test_client_report_without_faults_says_nothing_of_them():
             "workers_lost"
         ][0]["unshipped_s"]
     )
+
+
+def test_client_report_counts_no_outage_for_streams_cut_after_their_answer():
+    """Three streams a gateway cut after their 200 (nginx proxy_read_timeout) end in a row: the
+    server was reached each time, so the console says no outage; a refused connection after them
+    makes them one spell of 4 (the cut streams join it)."""
+    environment, _ = master_with()
+    report = ClientReport(environment)
+    cut = [RequestRecord(request_id=str(i), worker_id="w", name="chat", t_start_s=100.0 + i, e2e_ms=500.0,
+                         error_kind="connection_error", status_code=200).to_row() for i in range(3)]  # fmt: skip
+    report.add_rows([row("w", 99.0, 100.0), *cut])
+    summary = report.summary()
+    assert summary["outages"] == []
+    assert "server unreachable" not in format_summary(summary)
+    report.add_rows([RequestRecord(request_id="r", worker_id="w", name="chat", t_start_s=103.0, e2e_ms=1.0,
+                                   error_kind="connection_error").to_row()])  # fmt: skip
+    assert report.summary()["outages"] == [{"start_s": 100.5, "end_s": 103.001, "span_s": pytest.approx(2.501),
+                                            "requests": 4}]  # fmt: skip

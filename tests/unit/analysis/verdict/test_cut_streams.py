@@ -1,0 +1,69 @@
+"""Streams cut after the server answered (issue 25, item 7): a gateway's or server's timeout
+lines account for them as timeouts; without such lines they stay the server's failures to
+complete (rejections), and a 504 takes a line before a cut stream does."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.verdict.failures import client_failures, failures, step_failure_kind
+from analysis.verdict.types import RULES, BottleneckKind
+
+
+def row(error_kinds: str, server_error_kinds: str, cut_streams: int) -> pd.Series:
+    return pd.Series({"error_kinds": error_kinds, "server_error_kinds": server_error_kinds,
+                      "cut_streams": cut_streams})  # fmt: skip
+
+
+def test_cut_streams_the_timeout_lines_account_for_are_timeouts():
+    # 12 cut streams, 10 timeout lines in the window (nginx stamps to the second: two at its
+    # edge fell outside): 10 are timeouts, 2 stay connection errors
+    assert client_failures(row("connection_error:12", "timeout:10", 12)) == {
+        "connection_error": 2,
+        "connection_error_timed_out": 10,
+    }
+    assert step_failure_kind(row("connection_error:12", "timeout:10", 12)) is BottleneckKind.TIMEOUTS
+
+
+def test_refused_connections_are_never_moved_only_the_cut_ones():
+    # 6 connection errors of which 2 cut after their 200 (4 refused): 2 lines' worth at most
+    assert client_failures(row("connection_error:6", "timeout:5", 2)) == {
+        "connection_error": 4,
+        "connection_error_timed_out": 2,
+    }
+    assert step_failure_kind(row("connection_error:6", "timeout:5", 2)) is BottleneckKind.REJECTIONS
+
+
+def test_without_timeout_lines_cut_streams_stay_failures_to_complete():
+    assert client_failures(row("connection_error:8", "dropped:8", 8)) == {"connection_error": 8}
+    assert step_failure_kind(row("connection_error:8", "", 8)) is BottleneckKind.REJECTIONS
+
+
+def test_a_504_takes_a_line_before_a_cut_stream():
+    # 3 lines for 2 504s and 4 cut streams: both 504s, then 1 cut stream
+    assert client_failures(row("connection_error:4 http_5xx:2", "timeout:3", 4)) == {
+        "connection_error": 3,
+        "connection_error_timed_out": 1,
+        "http_5xx_timed_out": 2,
+    }
+
+
+def test_an_older_table_without_cut_streams_moves_none():
+    counts = client_failures(pd.Series({"error_kinds": "connection_error:3", "server_error_kinds": "timeout:3"}))
+    assert counts == {"connection_error": 3}
+
+
+def test_the_timeouts_rule_names_the_cut_streams_and_the_lines():
+    """Ladder 2, 4, 8: at 8 users 12 of 24 finished requests were cut and 12 timeout lines are in
+    the window; half the users' time went to them (failed_time_share 0.5, >= 5 %)."""
+    table = pd.DataFrame({
+        "step": [0, 1, 2], "target_users": [2.0, 4.0, 8.0], "valid": [True, True, True],
+        "completed": [10, 20, 12], "error_kinds": ["", "", "connection_error:12"],
+        "server_error_kinds": ["", "", "timeout:12"], "cut_streams": [0, 0, 12],
+        "failed_share": [0.0, 0.0, 0.5], "failed_time_share": [0.0, 0.0, 0.5],
+    })  # fmt: skip
+    evidence = failures(table, BottleneckKind.TIMEOUTS, RULES)
+    assert evidence.holds and evidence.values["users"] == 8.0
+    assert evidence.values["client_connection_error_timed_out"] == 12 and evidence.values["server_timeout"] == 12
+    assert "connection_error_timed_out 12" in evidence.text and "the server log has timeout 12" in evidence.text
+    assert not failures(table, BottleneckKind.REJECTIONS, RULES).holds
