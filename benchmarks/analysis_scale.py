@@ -106,7 +106,7 @@ def build_run(source: Path, target: Path, *, rows: int, hours: float) -> Path:
 
 
 def _render(cells: list[str]) -> str:
-    """One CSV row as ``llm_locust/master/rundir.py``'s writer writes it (``csv``, ``\\r\\n``)."""
+    """One CSV row as ``llm_locust/master/runwriter.py``'s writer writes it (``csv``, ``\\r\\n``)."""
     buffer = io.StringIO()
     csv.writer(buffer).writerow(cells)
     return buffer.getvalue()

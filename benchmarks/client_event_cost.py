@@ -117,7 +117,7 @@ def stage_costs(*, tokens: int = 256, per_read: int = 4, requests: int = 40, rep
     from llm_locust.client.sse import SSEDecoder
     from llm_locust.client.stream import Exchange, Limits, _Clock, _EventStream
     from llm_locust.client.watchdog import Watchdog
-    from llm_locust.master.rundir import RequestLines
+    from llm_locust.master.runwriter import RequestLines
 
     class DecodingAdapter(OpenAIChatAdapter):
         text_opaque = False  # every event decoded and interpreted: no template

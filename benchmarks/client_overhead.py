@@ -316,7 +316,7 @@ def run_llm_locust(args, work: Path) -> dict:
     server, port = _start_server(args, work, total_s + 15)
     run_dir = work / "run"
     master_port = _free_port()
-    locustfile = REPO / "locustfiles" / "chat_stream.py"
+    locustfile = REPO / "llm_locust" / "locustfiles" / "chat_stream.py"
     common = ["--host", f"http://127.0.0.1:{port}"]
     worker = subprocess.Popen(
         [*_pin(args.client_core), sys.executable, "-m", "locust", "-f", str(locustfile), "--worker",

@@ -10,7 +10,7 @@ vLLM's stats line) and a last line cut mid-write. Then, each in its own process 
 RSS is its own:
 
 - read: the file in 1 MB chunks, counting newlines (the floor of any reader);
-- parse: :func:`analysis.server.serverlog.read_log` + :func:`parse_server_log`, as ``llm-locust
+- parse: :func:`llm_locust.analysis.server.serverlog.read_log` + :func:`parse_server_log`, as ``llm-locust
   analyze`` does; checks that every real stats line was found.
 
 Prints time and peak RSS of both.
@@ -69,7 +69,7 @@ def _phase_read(path: str) -> str:
 
 
 def _phase_parse(path: str) -> str:
-    from analysis.server.serverlog import LogClock, keep_rule, parse_server_log, read_log
+    from llm_locust.analysis.server.serverlog import LogClock, keep_rule, parse_server_log, read_log
 
     global _IMPORTS_MB
     _IMPORTS_MB = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

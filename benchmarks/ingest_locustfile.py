@@ -19,7 +19,7 @@ from locust import User, events, task
 
 import llm_locust.plugin  # noqa: F401  (options, record shipping, run directory)
 from llm_locust.client.record import RequestRecord
-from llm_locust.master.rundir import RequestLines
+from llm_locust.master.runwriter import RequestLines
 
 TICK_S = 0.01
 E2E_MS = 1300.0

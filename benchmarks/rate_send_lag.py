@@ -6,7 +6,7 @@
 What runs (every process started here is stopped here, by PID; traffic only to 127.0.0.1): the
 embedded server (``llm-locust sim-server``, ``--max-num-seqs 256``, one output token per request
 by default so it keeps up), and ONE Locust process (standalone: it is the worker) running
-``locustfiles/rate.py`` at ``--rate`` requests/s for ``--dwell-s`` seconds with ``--max-users``
+``llm_locust/locustfiles/rate.py`` at ``--rate`` requests/s for ``--dwell-s`` seconds with ``--max-users``
 users. From its ``requests.csv`` (each row: ``scheduled_s``, the send ``t_start_s``):
 
 - send lag ``t_start_s - scheduled_s``: p50, p99, max (ms), over the sends after ``--warmup-s``;
@@ -140,7 +140,7 @@ def main() -> int:
         "ready, as on cores of its own; it uses a fraction of a core, so it starves nothing; needs the privilege)",
     )  # fmt: skip
     args = parser.parse_args()
-    locustfile = REPO / ("benchmarks/rate_lag_locustfile.py" if args.profile else "locustfiles/rate.py")
+    locustfile = REPO / ("benchmarks/rate_lag_locustfile.py" if args.profile else "llm_locust/locustfiles/rate.py")
     work = Path(tempfile.mkdtemp(prefix="rate-lag-"))
     port = free_port()
     server = start_sim_server(port=port, max_num_seqs=256, log_path=work / "server.log",

@@ -1,5 +1,5 @@
 """The report's PNGs and the whole ``write_report``: the way before (``savefig``, one after the
-other) against the one-pass render, serial and forked (:mod:`analysis.report.figures`).
+other) against the one-pass render, serial and forked (:mod:`llm_locust.analysis.report.figures`).
 
     .venv/bin/python benchmarks/report_figures.py [RUN_DIR] [--rounds 7] [--cold 7]
 
@@ -8,8 +8,8 @@ then in each round, in this process (warm: imports, fonts and caches loaded by a
 is not counted), in turn:
 
 - ``savefig serial``: each figure as before, ``Figure(layout="constrained")`` and ``savefig``;
-- ``one-pass serial``: :func:`analysis.report.figures.save_figures` with ``parallel=False``;
-- ``one-pass forked``: :func:`~analysis.report.figures.save_figures` (all figures but the last
+- ``one-pass serial``: :func:`llm_locust.analysis.report.figures.save_figures` with ``parallel=False``;
+- ``one-pass forked``: :func:`~llm_locust.analysis.report.figures.save_figures` (all figures but the last
   in forked children);
 - ``write_report before`` / ``write_report now``: the whole report, its figures drawn the way
   before (and its other files after them) or the way now.
@@ -41,9 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import matplotlib
 from matplotlib.figure import Figure
 
-from analysis.report import figures, pipeline
-from analysis.report.figures import FigureJob, fork_is_safe, save_figures
-from analysis.report.pipeline import analyze_run, write_report
+from llm_locust.analysis import pipeline
+from llm_locust.analysis.pipeline import analyze_run, write_report
+from llm_locust.analysis.report import figures
+from llm_locust.analysis.report.figures import FigureJob, fork_is_safe, save_figures
 
 
 def savefig_serial(

@@ -31,7 +31,7 @@ import psutil
 from llm_locust.run.demo import SIM_MODEL, start_sim_server
 from llm_locust.run.launcher import LocustRun, free_port, stop_process
 
-LOCUSTFILE = Path(__file__).resolve().parents[1] / "locustfiles" / "ladder.py"
+LOCUSTFILE = Path(__file__).resolve().parents[1] / "llm_locust" / "locustfiles" / "ladder.py"
 
 
 def sample(process: psutil.Process, samples: list[tuple[float, float, int, int]]) -> None:

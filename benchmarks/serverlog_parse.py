@@ -9,8 +9,8 @@ the same run:
 
 - baseline: counting the file's lines in Python (``sum(1 for _ in file)``), the floor any
   line-based reader pays;
-- parse: reading the file in chunks (:func:`analysis.server.serverlog.read_log`, keeping the
-  lines a parser can use) and :func:`analysis.server.serverlog.parse_server_log` (stats lines
+- parse: reading the file in chunks (:func:`llm_locust.analysis.server.serverlog.read_log`, keeping the
+  lines a parser can use) and :func:`llm_locust.analysis.server.serverlog.parse_server_log` (stats lines
   into the normalised series, the startup config, error lines by kind), as ``llm-locust
   analyze`` does.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from analysis.server.serverlog import (
+from llm_locust.analysis.server.serverlog import (
     LogClock,
     keep_rule,
     parse_server_log,

@@ -10,7 +10,7 @@ What runs (every process started here is stopped here, by PID; traffic only to 1
    ceiling of ``--streams`` x ``--workers``, a flat decode step of ``--step-ms`` (so each stream
    gets ``1000 / step-ms`` tokens/s whatever the batch), KV and token budget large enough.
 2. A Locust master and ``--workers`` worker processes with ``benchmarks/soak_locustfile.py``
-   (``locustfiles/chat_stream.py``'s user; Locust's liveness checks widened, see there):
+   (``llm_locust/locustfiles/chat_stream.py``'s user; Locust's liveness checks widened, see there):
    ``--streams`` users per worker in a closed loop for ``--duration-s``, full accounting, records
    shipped to the master and appended to ``requests.csv``; ``--stop-timeout`` lets the requests in
    flight at the end finish, so every request Locust counts should have its row.

@@ -1,4 +1,4 @@
-"""The soak's locustfile: ``locustfiles/chat_stream.py``'s user, with Locust's liveness checks
+"""The soak's locustfile: ``llm_locust/locustfiles/chat_stream.py``'s user, with Locust's liveness checks
 widened: the master marks a worker missing after :data:`HEARTBEAT_LIVENESS` (120) missed
 heartbeats instead of 3, a worker quits after :data:`MASTER_HEARTBEAT_TIMEOUT_S` (300 s) without
 one from the master instead of 60.

@@ -9,7 +9,7 @@ started here), a 5 s test with one user streaming 64-token chat completions:
 
 - ``plain``: plain Locust, no llm-locust (``benchmarks/startup_plain_locustfile.py``, an
   ``HttpUser``), ``locust -f … --headless -u 1 -t 5s``: the yardstick;
-- ``locust -f``: llm-locust's ``locustfiles/chat_stream.py`` in one Locust process, ``--run-dir``;
+- ``locust -f``: llm-locust's ``llm_locust/locustfiles/chat_stream.py`` in one Locust process, ``--run-dir``;
 - ``run none``: ``llm-locust run --shape none -u 1 -t 5s --workers 1`` (master + 1 worker, the
   client report and the analysis);
 - ``run ladder``: ``llm-locust run --ladder 1 --dwell-s 5 --workers 1`` (the default shape, its
@@ -205,7 +205,7 @@ def commands(
     plain = [*locust, "-f", str(REPO / "benchmarks" / "startup_plain_locustfile.py"), "--headless",
              "--host", host, "-u", "1", "-r", "1", "-t", f"{test_s}s", "--only-summary"]  # fmt: skip
     standalone_dir = work / f"standalone-{round_index}"
-    standalone = [*locust, "-f", str(REPO / "locustfiles" / "chat_stream.py"), "--headless", *common,
+    standalone = [*locust, "-f", str(REPO / "llm_locust" / "locustfiles" / "chat_stream.py"), "--headless", *common,
                   "-u", "1", "-r", "1", "-t", f"{test_s}s", "--only-summary", "--run-dir", str(standalone_dir)]  # fmt: skip
     none_dir = work / f"run-none-{round_index}"
     run_none = [py, "-m", "llm_locust.cli", "run", "--shape", "none", "--workers", "1", *common,

@@ -8,7 +8,7 @@
     llm-locust sim-server [flags]           the embedded continuous-batching server
 
 ``run`` takes its own few flags (below) and passes every other flag to Locust unchanged, so the
-flags of ``locust -f locustfiles/…`` (Locust's and llm-locust's own, see ``llm_locust.options``)
+flags of ``locust -f llm_locust/locustfiles/…`` (Locust's and llm-locust's own, see ``llm_locust.options``)
 work here too. Imports are lazy: ``sim-server`` and ``analyze`` never import Locust or gevent.
 """
 
@@ -66,7 +66,7 @@ RUN_OWN_FLAGS_NOTE = """\
 llm-locust run starts a Locust master and workers; every flag not listed above goes to them:
   -H URL, --host URL    the server, without /v1 (required), e.g. http://127.0.0.1:8000
   -u N, -r N, -t TIME   users, spawn rate and run time with --shape none (Locust's own)
-and llm-locust's options below (the same flags as `locust -f locustfiles/ladder.py`)."""
+and llm-locust's options below (the same flags as `locust -f llm_locust/locustfiles/ladder.py`)."""
 
 RUN_FOOTER = """\
 Locust's own options (-u, -r, -t, --csv, --tags, --exit-code-on-error, ...) pass through too:
@@ -87,9 +87,9 @@ class HelpLocust(argparse.Action):
 def _add_fail_on(parser: argparse.ArgumentParser) -> None:
     """``--fail-on`` as ``analyze`` defines it when help is asked for; otherwise the same flag
     without its help text, whose module (the analysis: pandas, matplotlib) took seconds of
-    ``run``'s start-up (the flag is parsed with :mod:`analysis.thresholds` only when given)."""
+    ``run``'s start-up (the flag is parsed with :mod:`llm_locust.analysis.thresholds` only when given)."""
     if {"-h", "--help"} & set(sys.argv[1:]) or sys.argv[1:2] != ["run"]:
-        from analysis.cli import add_fail_on_argument
+        from llm_locust.analysis.analyzecmd import add_fail_on_argument
 
         add_fail_on_argument(parser)
         return
@@ -204,7 +204,7 @@ def check_thresholds(args: argparse.Namespace, options, fail) -> tuple:
     (``fail(message)`` raises on a problem): before any load is sent."""
     if not getattr(args, "fail_on", None):
         return ()  # nothing to check: the analysis (pandas) is not imported before the run
-    from analysis.thresholds import ThresholdError, check_steps, parse_thresholds
+    from llm_locust.analysis.thresholds import ThresholdError, check_steps, parse_thresholds
     from llm_locust.options import parse_ladder
 
     try:
@@ -309,13 +309,13 @@ def _run_checked(args: argparse.Namespace, locust_args: list[str], booted) -> in
 
 
 def _add_analyze(parser: argparse.ArgumentParser) -> None:
-    from analysis.cli import add_arguments
+    from llm_locust.analysis.analyzecmd import add_arguments
 
     add_arguments(parser)
 
 
 def _add_compare(parser: argparse.ArgumentParser) -> None:
-    from analysis.compare.cli import add_arguments
+    from llm_locust.analysis.compare.comparecmd import add_arguments
 
     add_arguments(parser)
 
@@ -425,11 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     if rest:  # as the subcommand's own error ("llm-locust analyze: error: ..."), with its usage line
         command_parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "analyze":
-        from analysis.cli import run as analyze_run
+        from llm_locust.analysis.analyzecmd import run as analyze_run
 
         return analyze_run(args)
     if args.command == "compare":
-        from analysis.compare.cli import run as compare_run
+        from llm_locust.analysis.compare.comparecmd import run as compare_run
 
         return compare_run(args)
     if args.command == "demo":

@@ -1,7 +1,7 @@
 """llm-locust's command-line options, added to Locust's own parser.
 
 Registered through ``events.init_command_line_parser`` (see :mod:`llm_locust.plugin`), so plain
-``locust -f locustfiles/…`` and ``llm-locust run`` take the same flags, config files and
+``locust -f llm_locust/locustfiles/…`` and ``llm-locust run`` take the same flags, config files and
 ``LOCUST_*`` environment variables. Locust forwards these options from the master to its workers.
 """
 
@@ -192,7 +192,7 @@ def validate_options(options) -> None:
         raise ValueError(problem)
     validate_workload_options(options)
     if get("slo"):
-        from analysis.goodput import parse_slo
+        from llm_locust.analysis.perstep.goodput import parse_slo
 
         parse_slo(get("slo"))  # its messages start with --slo
     if get("protocol") is not None:
@@ -202,7 +202,7 @@ def validate_options(options) -> None:
             raise ValueError("--server-log and --server-log-cmd: give one of them (one server log per run)")
         parse_log_command(get("server_log_cmd"))
     if get("server_metrics_url"):
-        from analysis.schema import source_names
+        from llm_locust.analysis.schema import source_names
 
         pairs = [split_named_url(p) for item in get("server_metrics_url") for p in item.split(",") if p.strip()]
         try:
@@ -253,7 +253,7 @@ def parse_log_command(command: str) -> list[str]:
 def _load_format_file(path: str) -> None:
     """Parse a ``--server-log-format`` file (or shipped format name, ``nginx-error``) as the
     analysis will (TOML; its errors name the line and column, or the table and key)."""
-    from analysis.server.userformat import UserFormatError, format_file_path, load_user_format
+    from llm_locust.analysis.server.userformat import UserFormatError, format_file_path, load_user_format
 
     try:
         load_user_format(format_file_path(path).read_text(encoding="utf-8"), source=path)
@@ -270,7 +270,7 @@ def log_format_problem(path: str, *, followed: bool) -> str | None:
     """
     if followed:
         return None
-    from analysis.server.userformat import UserFormatError, format_file_path, load_user_format
+    from llm_locust.analysis.server.userformat import UserFormatError, format_file_path, load_user_format
 
     try:
         fmt = load_user_format(format_file_path(path).read_text(encoding="utf-8"), source=path)

@@ -6,7 +6,7 @@ import csv
 import json
 from pathlib import Path
 
-from analysis.schema import (
+from llm_locust.analysis.schema import (
     REQUEST_SCHEMA,
     REQUESTS_CSV,
     RUN_JSON,

@@ -1,7 +1,7 @@
 """Round deltas recomputed from a run directory's files alone (csv + json, no analysis code).
 
 Used by the compare tests (unit, e2e, real) to check ``compare.json`` against numbers worked out
-independently of :mod:`analysis.compare`.
+independently of :mod:`llm_locust.analysis.compare`.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ import datetime as dt
 
 import numpy as np
 
-from analysis.server.series import time_average
-from analysis.server.serverlog import LogClock, LogText, parse_server_log
+from llm_locust.analysis.server.series import time_average
+from llm_locust.analysis.server.serverlog import LogClock, LogText, parse_server_log
 
 UTC = dt.UTC
 

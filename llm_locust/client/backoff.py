@@ -25,7 +25,7 @@ So a user turned away for good sends at most one request per second after its fi
 (``1 / (BACKOFF_JITTER_LOW * BACKOFF_MAX_S)``), and the requests that fail are still recorded,
 each with its kind, time and the pause it led to (``backoff_ms`` in ``requests.csv``). A pause is
 no request: it is in no latency, no count of Locust's, and the analysis sets the users it holds
-apart from the client's in-flight (:mod:`analysis.faults`). Failing fast is kept: a refused
+apart from the client's in-flight (:mod:`llm_locust.analysis.perrequest.faults`). Failing fast is kept: a refused
 connection or a 429 is reported as soon as it comes; only the *next* request waits.
 ``--backoff false`` turns the pauses off (every user then sends its next request at once).
 

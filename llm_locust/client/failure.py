@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analysis.schema import ErrorKind
+from llm_locust.analysis.schema import ErrorKind
 
 
 @dataclass(slots=True, frozen=True)

@@ -30,13 +30,13 @@ import time
 
 import gevent
 
-from analysis.schema import CLIENT_LOAD_COLUMNS as _SCHEMA_COLUMNS
+from llm_locust.analysis.schema import CLIENT_LOAD_COLUMNS as _SCHEMA_COLUMNS
 from llm_locust.client.clock import master_wall_s
 
 CLIENT_LOAD_COLUMNS: tuple[str, ...] = _SCHEMA_COLUMNS
 """``client_load.csv``: interval end (Unix s, on the master's clock: :mod:`llm_locust.client.clock`), Locust client id of the worker
 (its runner's ``client_id``, as ``requests.csv``'s ``worker_id``), CPU cores used, event-loop lag
-mean and max (ms), open streams (:data:`analysis.schema.CLIENT_LOAD_SCHEMA`)."""
+mean and max (ms), open streams (:data:`llm_locust.analysis.schema.CLIENT_LOAD_SCHEMA`)."""
 LOAD_KEY = "llm_client_load"
 """Key of the load rows inside a worker report."""
 CPU_KEY = "llm_cpu_percent"

@@ -92,7 +92,7 @@ def _on_plan(environment, msg, **_kwargs) -> None:
 def install(events=locust_events) -> None:
     """Register the plan's message listener on every runner but a master (on Locust's ``init``).
 
-    Called by the rate locustfile (``locustfiles/rate.py``) at import.
+    Called by the rate locustfile (``llm_locust/locustfiles/rate.py``) at import.
     """
 
     @events.init.add_listener

@@ -3,15 +3,15 @@
 A :class:`RequestRecord` holds raw facts only: where the request sits in wall-clock time, the
 monotonic offsets of what happened to it, token counts and how they were obtained, status and
 error kind. Every metric (TPOT, decode rate, throughput, percentiles) is derived from it in
-``analysis/``.
+``llm_locust/analysis/``.
 
 Clocks: ``t_start_s`` is the wall clock (Unix seconds) read once when the request was sent, on the
 master's clock (the worker's own plus its measured offset, :mod:`llm_locust.client.clock`); every ``*_ms`` field is an interval measured with ``time.perf_counter`` from that same
 instant, in milliseconds.
 
 ``requests.csv`` columns are :data:`CSV_COLUMNS`, in that order: the record's fields, which
-must be :data:`analysis.schema.REQUEST_COLUMNS` (checked at import); ``analysis/rundir.py`` reads
-them back. :class:`ErrorKind` and :class:`TokensSource` are defined in :mod:`analysis.schema`.
+must be :data:`llm_locust.analysis.schema.REQUEST_COLUMNS` (checked at import); ``llm_locust/analysis/rundir/reader.py`` reads
+them back. :class:`ErrorKind` and :class:`TokensSource` are defined in :mod:`llm_locust.analysis.schema`.
 Empty cells mean "not applicable / not measured" (never zero).
 """
 
@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, fields
 from operator import attrgetter
 
-from analysis.schema import REQUEST_COLUMNS, ErrorKind, TokensSource
+from llm_locust.analysis.schema import REQUEST_COLUMNS, ErrorKind, TokensSource
 
 __all__ = ["CSV_COLUMNS", "ErrorKind", "RequestRecord", "TokensSource"]
 
@@ -83,7 +83,7 @@ class RequestRecord:
         whole microseconds, space-separated. The first is ``ttft_ms`` (rounded).
     event_tokens : str
         Tokens each token event carried, space-separated, when the server stated them (TGI, or
-        ``continuous_usage_stats``); "" when it did not (``analysis/itl.py`` then counts one
+        ``continuous_usage_stats``); "" when it did not (``llm_locust/analysis/perrequest/itl.py`` then counts one
         token for the first event and spreads the other ``output_tokens - 1`` evenly).
     max_tokens : int
         The output token limit the request asked for (0 when the body named none).
@@ -174,7 +174,7 @@ CSV_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
 
 if CSV_COLUMNS != REQUEST_COLUMNS:  # the record and the schema must not drift (checked once, at import)
     raise ImportError(
-        f"RequestRecord fields {CSV_COLUMNS} differ from analysis.schema.REQUEST_COLUMNS "
+        f"RequestRecord fields {CSV_COLUMNS} differ from llm_locust.analysis.schema.REQUEST_COLUMNS "
         f"{REQUEST_COLUMNS}: add a new column to both, at the end"
     )
 
@@ -188,7 +188,7 @@ def row_float(row: tuple, column: str) -> float:
     """One cell of a :meth:`RequestRecord.to_row` tuple (as shipped to the master) as a float.
 
     None, "" and a value that is not a number become NaN ("not measured"), as an empty cell of
-    ``requests.csv`` does when :mod:`analysis.rundir` loads it.
+    ``requests.csv`` does when :mod:`llm_locust.analysis.rundir.reader` loads it.
 
     >>> row = RequestRecord(request_id="w-1", worker_id="w", name="chat", t_start_s=1.0, ttft_ms=20.0).to_row()
     >>> row_float(row, "ttft_ms"), row_float(row, "e2e_ms")

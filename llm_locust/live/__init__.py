@@ -4,7 +4,7 @@ What it shows, refreshed every 2 s: a table per request name (requests, failures
 p50/p90/p99, TPOT p50/p90, ITL p99, decode rate p50, output tokens/s, mean output tokens); charts
 over time of TTFT p50/p95, output tokens/s, client in-flight against the server's running and
 waiting, and errors/s by kind, with the ladder's steps marked; the current step, the finished
-steps' table and the critical concurrency so far (the post-run rule, :mod:`analysis.verdict.knee`, on the
+steps' table and the critical concurrency so far (the post-run rule, :mod:`llm_locust.analysis.verdict.knee`, on the
 steps finished so far); CSV downloads in Locust's "Download Data" tab.
 
 How it plugs into Locust, and why this way

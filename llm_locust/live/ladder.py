@@ -4,8 +4,8 @@ analysis' rules.
 A step is *finished* for the live view when the shape has moved past it (``end_s`` set) and every
 request completed before its end has reached the master (``end_s <= horizon_s``). The finished
 steps go through the same pure functions as the post-run report —
-:func:`analysis.steps.step_windows`, :func:`analysis.steps.step_table` and
-:func:`analysis.verdict.diagnose` — so the live verdict is the report's verdict on
+:func:`llm_locust.analysis.perstep.table.step_windows`, :func:`llm_locust.analysis.perstep.table.step_table` and
+:func:`llm_locust.analysis.verdict.rules` — so the live verdict is the report's verdict on
 the steps run so far.
 """
 
@@ -15,11 +15,11 @@ from dataclasses import replace
 
 import pandas as pd
 
-from analysis.loadaxis import RATE, LoadAxis, load_axis
-from analysis.server.config import ServerConfig
-from analysis.steps import step_table, step_windows
-from analysis.verdict import RULES, ClientSide, ServerSide, Verdict, diagnose
-from analysis.verdict.knee import CriticalConcurrency
+from llm_locust.analysis.loadaxis import RATE, LoadAxis, load_axis
+from llm_locust.analysis.perstep.table import step_table, step_windows
+from llm_locust.analysis.server.config import ServerConfig
+from llm_locust.analysis.verdict import RULES, ClientSide, ServerSide, Verdict, diagnose
+from llm_locust.analysis.verdict.knee import CriticalConcurrency
 from llm_locust.jsonsafe import json_safe
 
 STEP_COLUMNS: tuple[str, ...] = (
@@ -40,7 +40,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "error_kinds",
 )
 """Columns of the finished-steps table sent to the browser (a subset of
-:data:`analysis.steps.STEP_TABLE_COLUMNS`)."""
+:data:`llm_locust.analysis.perstep.table.STEP_TABLE_COLUMNS`)."""
 
 RATE_STEP_COLUMNS: tuple[str, ...] = (
     "target_rate_rps",
@@ -50,7 +50,7 @@ RATE_STEP_COLUMNS: tuple[str, ...] = (
     "unsent",
     "ttft_from_schedule_p50_ms",
 )
-"""Columns a request-rate run's finished steps add (:data:`analysis.rate.RATE_COLUMNS`): the
+"""Columns a request-rate run's finished steps add (:data:`llm_locust.analysis.perstep.rate.RATE_COLUMNS`): the
 requested and the achieved rate, the send lag, the sends never made, TTFT from the schedule."""
 
 LIVE_RULES = replace(RULES, min_window_e2e=0.0, min_completions=0)
@@ -75,7 +75,7 @@ def finished_steps(steps: list[dict], *, horizon_s: float) -> pd.DataFrame:
     Returns
     -------
     pandas.DataFrame
-        Columns ``step``, ``target_users``, ``start_s``, ``end_s`` (as :attr:`analysis.rundir.Run.steps`),
+        Columns ``step``, ``target_users``, ``start_s``, ``end_s`` (as :attr:`llm_locust.analysis.rundir.reader.Run.steps`),
         and ``target_rate_rps`` for a request-rate run's steps.
     """
     rows = [
@@ -87,7 +87,7 @@ def finished_steps(steps: list[dict], *, horizon_s: float) -> pd.DataFrame:
         {"step": "int64", "target_users": "float64", "start_s": "float64", "end_s": "float64"}
     )
     rates = {int(s["index"]): s["rate_rps"] for s in steps if s.get("rate_rps") is not None}
-    if rates:  # a request-rate run: its steps are keyed by the offered rate (analysis.loadaxis)
+    if rates:  # a request-rate run: its steps are keyed by the offered rate (llm_locust.analysis.loadaxis)
         frame["target_rate_rps"] = [float(rates.get(i, float("nan"))) for i in frame["step"]]
     return frame
 
@@ -115,7 +115,7 @@ def analyze_finished(
 ) -> tuple[pd.DataFrame, CriticalConcurrency, Verdict]:
     """Per-step table, critical concurrency and bottleneck of the finished steps.
 
-    The bottleneck is :func:`analysis.verdict.diagnose` on what the master has live: the
+    The bottleneck is :func:`llm_locust.analysis.verdict.rules` on what the master has live: the
     requests and the scraped server series (no server log, configuration or ``client_load.csv``
     yet: those rules say "cannot tell" until the post-run analysis reads them).
 
@@ -124,7 +124,7 @@ def analyze_finished(
     requests : pandas.DataFrame
         Request records with ``t_start_s``, ``ttft_ms``, ``e2e_ms``, ``output_tokens``, ``error_kind``.
     server : pandas.DataFrame
-        Normalised server samples (``t_s`` and :data:`analysis.server.series.VALUE_COLUMNS`), may be empty.
+        Normalised server samples (``t_s`` and :data:`llm_locust.analysis.server.series.VALUE_COLUMNS`), may be empty.
     steps : pandas.DataFrame
         Output of :func:`finished_steps`.
     warmup_s : float
@@ -173,7 +173,7 @@ def critical_json(critical: CriticalConcurrency | None, *, finished: int) -> dic
 
 def table_json(table: pd.DataFrame) -> list[dict]:
     """The finished-steps table as JSON rows (NaN -> None): :data:`STEP_COLUMNS`, and
-    :data:`RATE_STEP_COLUMNS` in a request-rate run (:func:`analysis.loadaxis.load_axis`)."""
+    :data:`RATE_STEP_COLUMNS` in a request-rate run (:func:`llm_locust.analysis.loadaxis.load_axis`)."""
     columns = list(STEP_COLUMNS) + (list(RATE_STEP_COLUMNS) if load_axis(table) is RATE else [])
     rows = []
     for record in table[columns].to_dict("records"):

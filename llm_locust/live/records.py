@@ -7,7 +7,7 @@ about 48 bytes a request); percentiles are always taken over the raw values of e
 never averaged across workers.
 
 Clocks: ``t_start_s`` is wall clock (Unix s); a request *completes* at
-``t_end_s = t_start_s + e2e_ms / 1000`` (as in :func:`analysis.metrics.end_time_s`).
+``t_end_s = t_start_s + e2e_ms / 1000`` (as in :func:`llm_locust.analysis.perrequest.metrics.end_time_s`).
 
 Time series live on a fixed grid of ``bucket_s`` buckets from ``t0_s``: a request adds its TTFT,
 tokens and error kind to the bucket it completed in, and its share of in-flight time to every
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.metrics import with_request_metrics
+from llm_locust.analysis.perrequest.metrics import with_request_metrics
 from llm_locust.client.record import COLUMN_INDEX, ErrorKind, row_float, row_text
 from llm_locust.jsonsafe import json_safe
 from llm_locust.live.sketch import LogHistogram
@@ -57,8 +57,8 @@ AGGREGATED = "Aggregated"
 """Name of the all-requests row (Locust's own spelling)."""
 
 try:
-    from analysis.itl import request_itl
-except ImportError:  # pragma: no cover - an analysis/ without the ITL definition: the column stays empty
+    from llm_locust.analysis.perrequest.itl import request_itl
+except ImportError:  # pragma: no cover - an llm_locust/analysis/ without the ITL definition: the column stays empty
     request_itl = None
 
 _HAVE_ITL = request_itl is not None and "token_times_us" in COLUMN_INDEX  # False: no per-event times
@@ -160,7 +160,7 @@ class LiveRecords:
         self._add_inflight(t_start_s, t_end_s)
 
     def _add_itl(self, rows: list[tuple]) -> None:
-        """Per-token ITL (:func:`analysis.itl.request_itl`) of the batch's successes, into the
+        """Per-token ITL (:func:`llm_locust.analysis.perrequest.itl.request_itl`) of the batch's successes, into the
         per-name sketches (:mod:`llm_locust.live.sketch`)."""
         per_name: dict[str, tuple[list, list]] = {}
         for row in rows:
@@ -207,7 +207,7 @@ class LiveRecords:
     # ---- per-name table -------------------------------------------------------------------
 
     def requests_frame(self) -> pd.DataFrame:
-        """All records as a frame with :func:`analysis.metrics.with_request_metrics` columns.
+        """All records as a frame with :func:`llm_locust.analysis.perrequest.metrics.with_request_metrics` columns.
 
         Columns ``name``, ``t_start_s``, ``ttft_ms``, ``e2e_ms``, ``output_tokens``,
         ``scheduled_s`` (float64; NaN outside a request-rate run) and ``error_kind`` ("" for a
@@ -244,7 +244,7 @@ class LiveRecords:
         tokens are over successes only. ``output_tps`` is the output tokens of successes completed
         in the last :data:`WINDOW_BUCKETS` x :data:`BUCKET_S` seconds up to ``horizon_s``, per s.
         ``itl_p99_ms`` is the p99 of the per-token inter-token latency of every token of every
-        success (:func:`analysis.itl.request_itl`, held in a 1 %-accurate mergeable sketch) when
+        success (:func:`llm_locust.analysis.perrequest.itl.request_itl`, held in a 1 %-accurate mergeable sketch) when
         records carry per-event times, else None. Values not applicable are None.
 
         Parameters
@@ -301,7 +301,7 @@ class LiveRecords:
         - ``errors_per_s``: ``{kind: [...]}`` failures completed in the window per s, by kind;
           ``error_rate_per_s`` all kinds together;
         - ``client_inflight``: time-average number of requests in flight over bucket ``k``
-          (exact integral, as :func:`analysis.metrics.mean_inflight`), None for buckets ending
+          (exact integral, as :func:`llm_locust.analysis.perrequest.metrics.mean_inflight`), None for buckets ending
           after ``horizon_s - settle_s`` (requests still open may yet add to them).
 
         Only buckets ending at or before ``horizon_s`` are returned (later ones still miss

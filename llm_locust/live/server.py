@@ -2,7 +2,7 @@
 
 Fed by the run's :class:`~llm_locust.master.scraper.MetricsScraper` (as a second sink beside the
 ``server_metrics.csv`` writer) with each scrape's long-format rows ``(t_s, source, metric,
-labels_json, value)``. Each scrape is normalised by :func:`analysis.server.prometheus.metrics_series` — the
+labels_json, value)``. Each scrape is normalised by :func:`llm_locust.analysis.server.prometheus.metrics_series` — the
 same mapping tables the post-run analysis uses, so the live view and the report agree — on that
 scrape plus the previous one of the same source (so counters such as generated tokens become a
 rate over the interval that just ended). Several sources are combined as the analysis does:
@@ -16,9 +16,9 @@ import math
 
 import pandas as pd
 
-from analysis.schema import SERVER_METRICS_COLUMNS
-from analysis.server.prometheus import metrics_series
-from analysis.server.series import VALUE_COLUMNS
+from llm_locust.analysis.schema import SERVER_METRICS_COLUMNS
+from llm_locust.analysis.server.prometheus import metrics_series
+from llm_locust.analysis.server.series import VALUE_COLUMNS
 from llm_locust.jsonsafe import json_safe
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class LiveServerSeries:
 
     def frame(self) -> pd.DataFrame:
         """The combined samples: ``t_s`` and the value columns of a normalised server series
-        (:data:`analysis.server.series.VALUE_COLUMNS`), for :func:`analysis.steps.step_table`."""
+        (:data:`llm_locust.analysis.server.series.VALUE_COLUMNS`), for :func:`llm_locust.analysis.perstep.table.step_table`."""
         return pd.DataFrame(self.rows, columns=["t_s", *VALUE_COLUMNS]).astype(float)
 
     def to_json(self, *, since_s: float | None = None) -> dict[str, list]:

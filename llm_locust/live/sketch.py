@@ -1,6 +1,6 @@
 """A mergeable quantile sketch, for the live table's per-token inter-token latency (ITL).
 
-The ITL values themselves are :func:`analysis.itl.request_itl`'s (the post-run definition). A
+The ITL values themselves are :func:`llm_locust.analysis.perrequest.itl.request_itl`'s (the post-run definition). A
 request holds tens to thousands of tokens, so the master does not keep them: a log-bucket
 histogram with relative accuracy ``alpha`` (the DDSketch construction, Masson et al.,
 VLDB 2019) holds them. A positive value ``x`` falls in bucket ``i = ceil(log(x) / log(gamma))``

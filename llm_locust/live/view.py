@@ -22,7 +22,7 @@ import time
 import gevent
 from locust.runners import STATE_STOPPED, MasterRunner
 
-from analysis.loadaxis import RATE, USERS
+from llm_locust.analysis.loadaxis import RATE, USERS
 from llm_locust.live.ladder import (
     analyze_finished,
     axis_json,

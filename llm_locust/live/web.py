@@ -29,7 +29,7 @@ from pathlib import Path
 
 from flask import Blueprint, Response, make_response, request, send_file, send_from_directory
 
-from analysis.server.series import time_average
+from llm_locust.analysis.server.series import time_average
 from llm_locust.jsonsafe import json_safe
 from llm_locust.live.ladder import step_columns
 from llm_locust.live.records import TABLE_COLUMNS
@@ -82,7 +82,7 @@ def _csv_response(header: list[str], rows: list[list], filename: str) -> Respons
 
 def series_rows(snapshot: dict, server) -> tuple[list[str], list[list]]:
     """The time series as CSV: one row per bucket end ``t_s``; server running/waiting/KV usage
-    time-averaged over the bucket (:func:`analysis.server.series.time_average`)."""
+    time-averaged over the bucket (:func:`llm_locust.analysis.server.series.time_average`)."""
     series, bucket_s = snapshot["series"], snapshot["bucket_s"]
     kinds = sorted(series["errors_per_s"])
     header = [

@@ -4,23 +4,23 @@ Fed with the same row batches that become ``requests.csv`` (a sink on the run's
 :class:`~llm_locust.master.shipping.RecordShipper`), so it covers exactly the requests Locust counted,
 from every worker. Each request keeps a few numbers in compact arrays; every percentile is taken
 over those raw values of all workers together (``numpy.percentile``, linear interpolation, as
-``analysis/`` does) — never averaged across workers, never read from Locust's own
+``llm_locust/analysis/`` does) — never averaged across workers, never read from Locust's own
 two-significant-digit response-time buckets. Pooled per-token ITL and inter-chunk latency are
-accumulated as the rows arrive (:class:`analysis.itlpool.PooledItl`: exact histograms of the
+accumulated as the rows arrive (:class:`llm_locust.analysis.perrequest.itlpool.PooledItl`: exact histograms of the
 whole-microsecond gaps, mergeable block by block; the quantiles are those of the raw values), so
 the end of a run only summarises: ``requests.csv`` is never read back.
 
 Worker CPU: each worker adds its current CPU usage (Locust's own ``current_cpu_usage``, percent
 of one core) to every report it sends the master; the peak per worker is kept.
 
-Per worker (``workers``, :mod:`analysis.workers`): requests ok/failed, first and last record
-counted from the rows as they arrive (:class:`analysis.workers.WorkerCounts`: the rows that
+Per worker (``workers``, :mod:`llm_locust.analysis.perstep.workers`): requests ok/failed, first and last record
+counted from the rows as they arrive (:class:`llm_locust.analysis.perstep.workers.WorkerCounts`: the rows that
 become ``requests.csv``), CPU mean/max read from ``client_load.csv`` and the spells it was
 missing from run.json ``workers_missing`` at the end.
 
 Faults: ``outages`` (the server unreachable: runs of connection-level failures holding one that
 never reached it - streams cut after the server answered join a run but make none - see
-:func:`analysis.faults.outages`), ``backoff`` (the pauses users took after a refused connection,
+:func:`llm_locust.analysis.perrequest.faults.outages`), ``backoff`` (the pauses users took after a refused connection,
 a 429 or a 5xx: ``llm_locust.client.backoff``), ``interrupted`` requests (in flight when the test stopped) and ``workers_lost``
 (workers the master stopped hearing from, :mod:`llm_locust.master.workerloss`) are counted and
 printed.
@@ -40,15 +40,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis.faults import CONNECTION_KINDS, connection_failures, outages
-from analysis.workers import WorkerCounts
+from llm_locust.analysis.perrequest.faults import CONNECTION_KINDS, connection_failures, outages
+from llm_locust.analysis.perstep.workers import WorkerCounts
 from llm_locust.client.load import CPU_KEY
 from llm_locust.client.record import COLUMN_INDEX
 from llm_locust.jsonsafe import json_safe
 from llm_locust.master.workerloss import shipping_interval_s
 
 if TYPE_CHECKING:
-    from analysis.itlpool import PooledItl
+    from llm_locust.analysis.perrequest.itlpool import PooledItl
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class ClientReport:
                 self.backoff_s += pause_ms / 1000.0
 
     def _pool_itl(self) -> None:
-        """Add the waiting successful rows to the pooled ITL (:class:`analysis.itlpool.PooledItl`,
+        """Add the waiting successful rows to the pooled ITL (:class:`llm_locust.analysis.perrequest.itlpool.PooledItl`,
         exact histograms). A cell that is no number (never from a worker of this version) stops
         the pooling: the report then says why instead of giving figures of part of the rows."""
         if not self._itl_pending or self._itl_error is not None:
@@ -195,7 +195,7 @@ class ClientReport:
             return
         import pyarrow as pa
 
-        from analysis.itlpool import PooledItl
+        from llm_locust.analysis.perrequest.itlpool import PooledItl
 
         pending, self._itl_pending, self._itl_pending_rows = self._itl_pending, [], 0
         if self._itl is None:
@@ -215,7 +215,7 @@ class ClientReport:
 
     def itl_summary(self) -> dict[str, float]:
         """The pooled ITL and inter-chunk figures of every successful row added
-        (:meth:`analysis.itlpool.PooledItl.summary`: exact quantiles of the raw values).
+        (:meth:`llm_locust.analysis.perrequest.itlpool.PooledItl.summary`: exact quantiles of the raw values).
 
         Raises
         ------
@@ -226,7 +226,7 @@ class ClientReport:
         if self._itl_error is not None:
             raise ValueError(self._itl_error)
         if self._itl is None:
-            from analysis.itlpool import PooledItl
+            from llm_locust.analysis.perrequest.itlpool import PooledItl
 
             self._itl = PooledItl()
         return self._itl.summary()
@@ -244,7 +244,7 @@ class ClientReport:
         requests, cut by the test's stop, no failure of the server: ``requests`` = ``successes`` +
         ``failures`` + ``interrupted``. ``achieved_concurrency`` is the time-average number of requests in flight (all of them)
         between the first send and the last end: ``sum(e2e) / (last end - first start)``.
-        ``outages``: :func:`analysis.faults.outages` of the requests; ``backoff``: the pauses
+        ``outages``: :func:`llm_locust.analysis.perrequest.faults.outages` of the requests; ``backoff``: the pauses
         users took between requests (``waits``, ``total_s``, ``waits_by_kind``: the failure
         kind that led to each; no pause is a request); ``interrupted``: requests in flight when the
         test stopped; ``workers_lost``: as given (run.json's entries, plus ``last_report_s``),
@@ -252,7 +252,7 @@ class ClientReport:
         """
         import pandas as pd  # here, not at the top: the master imports this module at start-up
 
-        from analysis.metrics import decode_tps, tpot_ms
+        from llm_locust.analysis.perrequest.metrics import decode_tps, tpot_ms
 
         ok = np.frombuffer(self.ok, dtype=np.int8).astype(bool) if len(self.ok) else np.zeros(0, bool)
         kept = {name: np.frombuffer(values, dtype=float) if len(values) else np.zeros(0)
@@ -299,11 +299,11 @@ class ClientReport:
 
     def _from_run_dir(self, run_dir: Path, end_s: np.ndarray) -> dict:
         """``itl_ms`` (pooled per-token ITL and inter-chunk latency, :meth:`itl_summary`) and
-        ``workers`` (:mod:`analysis.workers`, by worker id: the counts of the rows added, the CPU
+        ``workers`` (:mod:`llm_locust.analysis.perstep.workers`, by worker id: the counts of the rows added, the CPU
         of ``client_load.csv``, the spells of ``run.json``). Either one that fails gives
         ``files_error`` (its message) instead of itself: the rest of the report stands."""
-        from analysis.rundir import read_meta_and_load
-        from analysis.workers import missing_intervals, worker_records, worker_table
+        from llm_locust.analysis.perstep.workers import missing_intervals, worker_records, worker_table
+        from llm_locust.analysis.rundir.reader import read_meta_and_load
 
         out: dict = {}
         errors = []
@@ -400,7 +400,7 @@ def _fault_lines(report: dict) -> list[str]:
 def worker_lines(report: dict, started_at_s: float) -> list[str]:
     """The per-worker table of a report (``workers``), only when it has more than one worker;
     times since ``started_at_s`` (Unix s)."""
-    from analysis.workers import WORKER_HEADER, worker_text_rows
+    from llm_locust.analysis.perstep.workers import WORKER_HEADER, worker_text_rows
 
     workers = report.get("workers") or []
     if len(workers) < 2:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analysis.schema import source_names
+from llm_locust.analysis.schema import source_names
 from llm_locust.client.config import client_workload_meta
 from llm_locust.master.scraper import DEFAULT_MAX_BYTES, default_timeout_s
 from llm_locust.options import split_named_url, validate_options
@@ -118,7 +118,7 @@ class MetricsTarget:
     ----------
     name : str
         Its label in the run directory and the report: the ``NAME`` of ``--server-metrics-url
-        NAME=URL``, else the URL's ``host:port`` (:func:`analysis.schema.source_names`).
+        NAME=URL``, else the URL's ``host:port`` (:func:`llm_locust.analysis.schema.source_names`).
     url : str
     origin : str
         ``"--metrics-url"``, ``"--server-metrics-url"`` or ``"default"`` (``HOST/metrics``).
@@ -149,7 +149,7 @@ def metrics_targets(config, host: str | None) -> list[MetricsTarget]:
     Raises
     ------
     ValueError
-        Two endpoints given the same name (:func:`analysis.schema.source_names`).
+        Two endpoints given the same name (:func:`llm_locust.analysis.schema.source_names`).
     """
     explicit = []
     value = config.metrics_url.strip()

@@ -3,7 +3,7 @@
 One greenlet polls the file every :data:`POLL_S` seconds, copies every new complete line into
 the run directory's ``server.log`` (bytes verbatim) and stamps it with the wall clock at which it
 was read, in ``server_log_stamps.csv`` (one row per read: ``first_line, n_lines, t_s, backlog``,
-the format :mod:`analysis.server.files` reads). Lines already in the file when following starts
+the format :mod:`llm_locust.analysis.server.files` reads). Lines already in the file when following starts
 are copied too (the startup configuration is in them) but marked ``backlog``: their stamp does
 not date them. A file that is truncated or replaced (log rotation) is followed from its start;
 one that does not exist yet is waited for.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import gevent
 
-from analysis.schema import SERVER_LOG, SERVER_LOG_STAMPS, STAMP_COLUMNS
+from llm_locust.analysis.schema import SERVER_LOG, SERVER_LOG_STAMPS, STAMP_COLUMNS
 from llm_locust.wallclock import local_wall_s
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import gevent
 
-from analysis.schema import CLIENT_REPORT, REQUESTS_CSV
+from llm_locust.analysis.schema import CLIENT_REPORT, REQUESTS_CSV
 from llm_locust.auth import auth_headers, is_api_key_flag
 from llm_locust.client.clock import WorkerClock
 from llm_locust.client.load import LOAD_KEY, ClientLoadSampler, install_cpu_reporting
@@ -38,7 +38,7 @@ from llm_locust.client.spawncache import install_default_args_cache
 from llm_locust.master.clocksync import ClockResponder
 from llm_locust.master.config import MasterConfig, metrics_targets, metrics_urls, parse_labels, targets_line
 from llm_locust.master.promptquit import install_final_stats_csv, install_prompt_quit
-from llm_locust.master.rundir import RunDirectory
+from llm_locust.master.runwriter import RunDirectory
 from llm_locust.master.scraper import MetricsScraper
 from llm_locust.master.servercapture import ServerCapture
 from llm_locust.master.shipping import RecordShipper, RowShipper
@@ -53,7 +53,13 @@ from llm_locust.wallclock import local_wall_s
 logger = logging.getLogger(__name__)
 
 REDACTED = "***"
-END_OF_RUN_MODULES = ("pandas", "analysis.metrics", "analysis.itlpool", "analysis.rundir", "analysis.workers")
+END_OF_RUN_MODULES = (
+    "pandas",
+    "llm_locust.analysis.perrequest.metrics",
+    "llm_locust.analysis.perrequest.itlpool",
+    "llm_locust.analysis.rundir.reader",
+    "llm_locust.analysis.perstep.workers",
+)
 """What ``client_report.json`` imports at the end of the run (:mod:`llm_locust.master.clientreport`)."""
 
 

@@ -25,11 +25,11 @@ the same server (a gateway and the backend behind it, two names of one host): th
 later is a duplicate: its samples are not kept, it is scraped no further, and it is said once
 (logged, and in :attr:`MetricsScraper.duplicates` for run.json). A server that exposes neither
 (llama.cpp) has no identity here; the analysis then compares the sources' counters
-(:mod:`analysis.server.replicas`).
+(:mod:`llm_locust.analysis.server.replicas`).
 
 Every attempt, good or failed, is one :class:`ScrapeOutcome` (a row of ``server_scrapes.csv``,
-:data:`analysis.schema.SCRAPE_COLUMNS`): the analysis ends a held value where a scrape of its source failed. A
-failure is one of :class:`analysis.schema.ScrapeErrorKind`, logged once per endpoint and kind, counted per
+:data:`llm_locust.analysis.schema.SCRAPE_COLUMNS`): the analysis ends a held value where a scrape of its source failed. A
+failure is one of :class:`llm_locust.analysis.schema.ScrapeErrorKind`, logged once per endpoint and kind, counted per
 endpoint (:meth:`MetricsScraper.summary_lines`); it never stops the run.
 """
 
@@ -47,7 +47,7 @@ import gevent
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from analysis.schema import ScrapeErrorKind  # server_scrapes.csv: defined with the run directory
+from llm_locust.analysis.schema import ScrapeErrorKind  # server_scrapes.csv: defined with the run directory
 from llm_locust.wallclock import local_wall_s
 
 logger = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ REFUSED_HINT = (
     "where it refused - scrape the server itself (--metrics-url http://<server>/metrics)"
 )
 """What a refused scrape means, said on the console (the analysis says it again, from
-``server_scrapes.csv``: :func:`analysis.server.sources.refused_scrapes_text`)."""
+``server_scrapes.csv``: :func:`llm_locust.analysis.server.sources.refused_scrapes_text`)."""
 
 
 def default_timeout_s(interval_s: float) -> float:
@@ -105,7 +105,7 @@ def default_timeout_s(interval_s: float) -> float:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScrapeOutcome:
-    """One scrape attempt (a row of ``server_scrapes.csv``, :data:`analysis.schema.SCRAPE_COLUMNS`)."""
+    """One scrape attempt (a row of ``server_scrapes.csv``, :data:`llm_locust.analysis.schema.SCRAPE_COLUMNS`)."""
 
     t_s: float
     source: str

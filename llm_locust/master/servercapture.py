@@ -24,7 +24,7 @@ from pathlib import Path
 import gevent
 import gevent.pool
 
-from analysis.schema import SERVER_INFO, SERVER_LOG_FORMAT
+from llm_locust.analysis.schema import SERVER_INFO, SERVER_LOG_FORMAT
 from llm_locust.auth import auth_headers
 from llm_locust.master.config import MasterConfig, metrics_urls
 from llm_locust.master.logcmd import CommandLogFollower
@@ -110,7 +110,7 @@ class ServerCapture:
             self.meta["server_log_cmd"] = command
         fmt = config.server_log_format
         if fmt:
-            from analysis.server.userformat import format_file_path  # pandas: only with a format file
+            from llm_locust.analysis.server.userformat import format_file_path  # pandas: only with a format file
 
             shutil.copyfile(format_file_path(fmt), self.run_dir / SERVER_LOG_FORMAT)  # a path or shipped name
             self.meta["server_log_format"] = str(fmt)

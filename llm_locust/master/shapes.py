@@ -1,7 +1,7 @@
 """Load shapes for the diagnosis: a concurrency ladder and a single-request baseline.
 
 Both run on the master (or a standalone process) and record the wall-clock start of each step,
-which :mod:`llm_locust.master.rundir` writes to ``run.json`` (``shape.steps``) for ``analysis/``.
+which :mod:`llm_locust.master.runwriter` writes to ``run.json`` (``shape.steps``) for ``llm_locust/analysis/``.
 Options come from Locust's parsed options (``--ladder``, ``--dwell-s``, ``--warmup-s``,
 ``--drain-s``, ``--baseline-requests``), read and checked once, at the shape's first tick (the
 test has started: the web UI can no longer change them), into a frozen :class:`LadderSettings`.
@@ -178,7 +178,7 @@ class LadderShape(_RecordingShape):
     once a second, so a step change falling between two calls is waited for inside the earlier
     one (before, the steps were cut on Locust's ticks: a 5 s step held 4-6 s).
 
-    The first ``--warmup-s`` seconds of each step are recorded as warm-up; ``analysis/`` leaves
+    The first ``--warmup-s`` seconds of each step are recorded as warm-up; ``llm_locust/analysis/`` leaves
     them out. After the last step, requests still in flight get up to ``--drain-s`` seconds to
     finish (no new ones start), then the test stops by itself.
 
@@ -229,7 +229,7 @@ class BaselineShape(_RecordingShape):
 
     The exact count is kept by the user (:class:`~llm_locust.client.baseline.BaselineUser`, which
     stops itself after N requests): workers report every few seconds, so this shape alone would
-    let a few extra requests through. ``analysis/`` takes the first N by start time either way.
+    let a few extra requests through. ``llm_locust/analysis/`` takes the first N by start time either way.
 
     The worker reports its last request at once, and from the second tick on each tick looks for
     the count every :data:`DRAIN_POLL_S` for up to a tick: the test ends within ~50 ms of the

@@ -32,7 +32,7 @@ import gevent.event
 from locust.runners import STATE_INIT, STATE_MISSING, STATE_STOPPED, MasterRunner, WorkerRunner
 
 from llm_locust.master.ingest import INGESTED, RecordIngest, latest_end_s, pack_rows
-from llm_locust.master.rundir import RequestLines
+from llm_locust.master.runwriter import RequestLines
 
 logger = logging.getLogger(__name__)
 

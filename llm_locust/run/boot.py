@@ -50,7 +50,7 @@ from llm_locust.parentdeath import PARENT_ENV, end_with_parent  # os, signal, sy
 
 PRELOADED = ("llm_locust.plugin", "llm_locust.client.user")
 """What ``--plugin`` imports before the command line: what every ready locustfile imports
-(``locustfiles/*.py``). A user's own locustfile gets Locust alone (the plugin registers
+(``llm_locust/locustfiles/*.py``). A user's own locustfile gets Locust alone (the plugin registers
 llm-locust's options and recorder, which such a locustfile may not want)."""
 
 

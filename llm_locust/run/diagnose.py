@@ -11,10 +11,10 @@
    ``ladder-try<N>/``). With ``--rates`` the ladder is a request-rate ladder (``--shape rate``):
    its steps are offered requests/s, extended the same way up to ``--max-rate``, sent by a pool
    of ``--max-users`` users.
-4. Verdict and recommendations (the single-run analysis, :mod:`analysis.report.pipeline`), and
+4. Verdict and recommendations (the single-run analysis, :mod:`llm_locust.analysis.pipeline`), and
    the ``--fail-on`` thresholds checked on each round's ladder (exit 3 when one fails).
 5. With ``--host-b`` (a second server) or ``--compare-to`` (an earlier round): the A/B round and the
-   attribution (:mod:`analysis.compare`), ``compare/``.
+   attribution (:mod:`llm_locust.analysis.compare`), ``compare/``.
 
 Everything lands under ``--out``: one folder per round and ``report/index.html`` linking them.
 """
@@ -32,7 +32,7 @@ from pathlib import Path
 from llm_locust.options import MAX_USERS_DEFAULT, parse_ladder, parse_rates, positive_float, positive_int
 
 REPORT_PAGE = Path("report") / "index.html"
-"""The one page of a diagnosis to open, under ``--out`` (:func:`analysis.compare.html.write_index`)."""
+"""The one page of a diagnosis to open, under ``--out`` (:func:`llm_locust.analysis.compare.html.write_index`)."""
 ATTEMPT_OVERHEAD_S = 30.0
 """Start-up, drain and analysis of one Locust run beyond its steps, s (for the time budget)."""
 
@@ -114,7 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=positive_int, default=2, metavar="N", help="Locust workers for the ladder (default 2)"
     )
-    from analysis.cli import add_fail_on_argument
+    from llm_locust.analysis.analyzecmd import add_fail_on_argument
     from llm_locust.clihelp import add_first_request_flag
 
     add_fail_on_argument(parser)
@@ -166,7 +166,7 @@ class RoundRun:
 def _rising_at_top(result, min_gain: float = 1.15) -> bool:
     """Throughput still rises over the last two measured steps (gain per doubling of the load,
     users or offered requests/s, >= ``min_gain``)."""
-    from analysis.loadaxis import load_axis
+    from llm_locust.analysis.loadaxis import load_axis
 
     column = load_axis(result.table).column
     table = result.table.dropna(subset=["output_tps"]).sort_values(column)
@@ -193,17 +193,17 @@ def longer_dwell_s(result, dwell_s: float) -> float | None:
 
 
 def check_compare_to_axis(path: Path, *, rate: bool) -> None:
-    """Refuse (``ValueError``, an :class:`analysis.compare.changes.LoadAxisMismatch`) a
+    """Refuse (``ValueError``, an :class:`llm_locust.analysis.compare.changes.LoadAxisMismatch`) a
     ``--compare-to`` round whose ladder steps a different load axis than the one this diagnosis
     will run (a concurrency ladder, or a ``--rates`` ladder), before any load is sent.
 
     Raises
     ------
-    analysis.rundir.RunDirError
+    llm_locust.analysis.rundir.reader.RunDirError
         The round cannot be read.
     """
-    from analysis.compare.changes import LoadAxisMismatch, load_round
-    from analysis.loadaxis import RATE, load_axis
+    from llm_locust.analysis.compare.changes import LoadAxisMismatch, load_round
+    from llm_locust.analysis.loadaxis import RATE, load_axis
 
     earlier = load_round(path)
     if earlier.ladder is None:
@@ -325,9 +325,9 @@ def measure_round(
     (RoundRun, list)
         The round and the ladder it ended with (users, or requests/s with ``args.rates``).
     """
-    from analysis.cli import print_result
-    from analysis.loadaxis import fmt_number
-    from analysis.report.pipeline import analyze_run
+    from llm_locust.analysis.analyzecmd import print_result
+    from llm_locust.analysis.loadaxis import fmt_number
+    from llm_locust.analysis.pipeline import analyze_run
     from llm_locust.run.postrun import report_outcome
 
     out = RoundRun(name=name, folder=folder)
@@ -436,12 +436,12 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     before any load), 3 when a round's ladder failed a ``--fail-on`` threshold,
     124/130/143 when a run was stopped (timeout, Ctrl-C, SIGTERM: no further phase starts, the
     runs so far are kept)."""
-    from analysis.compare import WorkloadMismatch, compare_rounds, write_comparison
-    from analysis.compare.changes import LoadAxisMismatch
-    from analysis.compare.cli import print_comparison
-    from analysis.compare.html import write_index
-    from analysis.rundir import RunDirError
-    from analysis.thresholds import EXIT_THRESHOLD_FAILED, check_steps, parse_thresholds
+    from llm_locust.analysis.compare import WorkloadMismatch, compare_rounds, write_comparison
+    from llm_locust.analysis.compare.changes import LoadAxisMismatch
+    from llm_locust.analysis.compare.comparecmd import print_comparison
+    from llm_locust.analysis.compare.html import write_index
+    from llm_locust.analysis.rundir.reader import RunDirError
+    from llm_locust.analysis.thresholds import EXIT_THRESHOLD_FAILED, check_steps, parse_thresholds
     from llm_locust.auth import API_KEY_ENV, api_key_out_of_argv
     from llm_locust.run.firstrequest import check_first_request
     from llm_locust.run.launcher import SigtermAsInterrupt

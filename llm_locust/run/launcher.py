@@ -244,7 +244,7 @@ class BootedLocust:
     workers : int
         Local workers of the run besides the master (>= 0).
     plugin : bool
-        The run's locustfile is one of llm-locust's (``locustfiles/``): preload
+        The run's locustfile is one of llm-locust's (``llm_locust/locustfiles/``): preload
         :data:`llm_locust.run.boot.PRELOADED`.
     fork : bool, optional
         The master's process forks the workers when it is told its line (:meth:`go` with

@@ -3,7 +3,7 @@
 :func:`finish_run_result` does, in order: stop when Locust failed before recording anything;
 print the master's client summary (``client_report.json``); print the users that failed and,
 when no request succeeded, what the failures were; analyse the run directory
-(:func:`analysis.report.pipeline.analyze_run`) and print the result; choose the exit code
+(:func:`llm_locust.analysis.pipeline.analyze_run`) and print the result; choose the exit code
 (:func:`finish_run`). Nothing here imports :mod:`llm_locust.cli`.
 """
 
@@ -20,12 +20,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.schema import CLIENT_REPORT, REQUESTS_CSV, RUN_JSON
+from llm_locust.analysis.schema import CLIENT_REPORT, REQUESTS_CSV, RUN_JSON
 from llm_locust.preload import preload_modules
 from llm_locust.run.preflight import MASTER_LOG
 
 if TYPE_CHECKING:
-    from analysis.report.pipeline import AnalysisResult
+    from llm_locust.analysis.pipeline import AnalysisResult
 
 
 def failure_summary(run_dir: Path, *, examples: int = 3) -> str | None:
@@ -133,7 +133,7 @@ def _locust_unpatched():
             os.environ[skip] = previous
 
 
-POST_RUN_MODULES = ("analysis.report.pipeline", "analysis.cli")
+POST_RUN_MODULES = ("llm_locust.analysis.pipeline", "llm_locust.analysis.analyzecmd")
 """What the analysis at the end of a run imports (pandas, matplotlib: seconds on a busy machine)."""
 
 
@@ -181,9 +181,9 @@ def analyze_and_print(run_dir: Path, *, prog: str, fail_on: tuple = ()) -> tuple
         ``result.exit_code`` (3 when a threshold failed) and the result; ``(2, None)`` when the run
         directory cannot be read or a threshold names a step the run has not (one line on stderr).
     """
-    from analysis.cli import print_result
-    from analysis.report.pipeline import ReportWriteError, analyze_run
-    from analysis.rundir import RunDirError
+    from llm_locust.analysis.analyzecmd import print_result
+    from llm_locust.analysis.pipeline import ReportWriteError, analyze_run
+    from llm_locust.analysis.rundir.reader import RunDirError
 
     try:
         result = analyze_run(run_dir, fail_on=fail_on)
@@ -225,7 +225,7 @@ def finish_run_result(
     nonzero code (its ``--exit-code-on-error``, 1 by default, when a request failed or a user
     raised; 2 for an error inside Locust); else the analysis' (0, or 2 for an unreadable run
     directory). With ``fail_on`` thresholds they replace ``--exit-code-on-error``: the run that
-    was measured exits 3 when one failed (:data:`analysis.thresholds.EXIT_THRESHOLD_FAILED`),
+    was measured exits 3 when one failed (:data:`llm_locust.analysis.thresholds.EXIT_THRESHOLD_FAILED`),
     else 0, whether or not some requests failed (``error_rate`` is the threshold for that).
 
     Parameters
@@ -240,7 +240,7 @@ def finish_run_result(
         False for ``--no-analyze``.
     prog : str
         Prefix of the lines printed on stderr (``llm-locust run``, ``llm-locust demo``).
-    fail_on : tuple of analysis.thresholds.Threshold
+    fail_on : tuple of llm_locust.analysis.thresholds.Threshold
         ``--fail-on`` thresholds, checked on the analysis.
 
     Returns

@@ -10,11 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-import locustfiles
-from analysis.schema import REQUESTS_CSV, RUN_JSON, SERVER_METRICS_CSV
+import llm_locust.locustfiles
+from llm_locust.analysis.schema import REQUESTS_CSV, RUN_JSON, SERVER_METRICS_CSV
 
-LOCUSTFILES = Path(locustfiles.__file__).resolve().parent
-"""The folder of the ready locustfiles (``locustfiles/``)."""
+LOCUSTFILES = Path(llm_locust.locustfiles.__file__).resolve().parent
+"""The folder of the ready locustfiles (``llm_locust/locustfiles/``)."""
 
 MASTER_LOG = "locust_master.log"
 """The Locust master's log in the run directory (written by :mod:`llm_locust.run.launcher`)."""

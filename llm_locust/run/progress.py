@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.console import clock, console_line
-from analysis.schema import REQUESTS_CSV, RUN_JSON
+from llm_locust.analysis.console import clock, console_line
+from llm_locust.analysis.schema import REQUESTS_CSV, RUN_JSON
 
 STATS_HISTORY_CSV = "locust_stats_history.csv"
 """Locust's ``--csv-full-history`` file (with ``--csv <run_dir>/locust``)."""
@@ -92,7 +92,7 @@ class Plan:
 
 
 def plan_of(locustfile: str, locust_args: list[str]) -> Plan:
-    """The :class:`Plan` of a run of ``locustfile`` (a name of ``locustfiles/``) with these flags.
+    """The :class:`Plan` of a run of ``locustfile`` (a name of ``llm_locust/locustfiles/``) with these flags.
 
     >>> plan_of("ladder.py", ["--ladder", "1,2,4", "--dwell-s", "10"])
     Plan(steps=3, dwell_s=10.0, run_time_s=None, requests=None)

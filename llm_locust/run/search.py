@@ -1,5 +1,5 @@
 """``diagnose --slo ... --search``: after a round's ladder and verdict, probe one concurrency at a
-time for the largest that meets the SLOs (:mod:`analysis.capacity`), each probe one step of the
+time for the largest that meets the SLOs (:mod:`llm_locust.analysis.capacity`), each probe one step of the
 ladder locustfile held ``--dwell-s``; a probe too short to decide is held once more for the
 window the verdict's step rule asks for (within ``--time-budget-s``). Prints each probe and the
 capacity line; writes ``capacity.json`` beside the round's runs.
@@ -50,16 +50,16 @@ def slo_text(extra: list[str]) -> str:
 def search_capacity(
     folder: Path, *, common: list[str], args: argparse.Namespace, extra: list[str], started: float, signals, run_probe
 ):
-    """Run the search for one round; returns the :class:`analysis.capacity.CapacitySearch`.
+    """Run the search for one round; returns the :class:`llm_locust.analysis.capacity.CapacitySearch`.
 
     ``run_probe(run_dir, locust_args, timeout_s) -> bool`` runs one Locust ladder run (True when
     it measured).
     """
-    from analysis.capacity import CapacitySearch, judge_probe
-    from analysis.goodput import parse_slo
-    from analysis.report.pipeline import analyze_run
-    from analysis.verdict import RULES
-    from analysis.verdict.undetermined import window_needed_s
+    from llm_locust.analysis.capacity import CapacitySearch, judge_probe
+    from llm_locust.analysis.perstep.goodput import parse_slo
+    from llm_locust.analysis.pipeline import analyze_run
+    from llm_locust.analysis.verdict import RULES
+    from llm_locust.analysis.verdict.undetermined import window_needed_s
 
     text = slo_text(extra)
     slos = parse_slo(text)

@@ -14,7 +14,7 @@ import pandas as pd
 from llm_locust.run.launcher import LocustRun, free_port
 
 REPO = Path(__file__).resolve().parents[2]
-LOCUSTFILES = REPO / "locustfiles"
+LOCUSTFILES = REPO / "llm_locust" / "locustfiles"
 
 
 def start_locust(run: LocustRun) -> tuple:

@@ -127,7 +127,7 @@ def test_run_help_lists_pass_through_flags():
         "llm-locust run --help-locust",
     ):
         assert flag in out.stdout, flag
-    assert "locust -f locustfiles/ladder.py --help" not in out.stdout
+    assert "locust -f llm_locust/locustfiles/ladder.py --help" not in out.stdout
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +143,7 @@ def stopped_run(sim_host, tmp_path_factory):
 
 @pytest.mark.slow
 def test_timeout_stops_gracefully_and_keeps_the_data(stopped_run):
-    from analysis.report.pipeline import analyze_run
+    from llm_locust.analysis.pipeline import analyze_run
 
     out, run_dir, elapsed_s = stopped_run
     assert out.returncode == 124, out.stderr

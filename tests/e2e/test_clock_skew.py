@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.report.pipeline import analyze_run
+from llm_locust.analysis.pipeline import analyze_run
 from llm_locust.master.clocksync import SLOW_PINGS_ENV
 from llm_locust.run.demo import start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
@@ -28,7 +28,7 @@ from tests.e2e.locust_cluster import run_master_and_workers
 
 pytestmark = pytest.mark.slow
 
-LADDER = Path(__file__).resolve().parents[2] / "locustfiles" / "ladder.py"
+LADDER = Path(__file__).resolve().parents[2] / "llm_locust" / "locustfiles" / "ladder.py"
 MAX_NUM_SEQS = 2
 SKEWS_S = (2.0, -2.0)
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from analysis.report.pipeline import analyze_run
+from llm_locust.analysis.pipeline import analyze_run
 from tests.verdict_contract import assert_verdict_contract
 
 pytestmark = pytest.mark.slow

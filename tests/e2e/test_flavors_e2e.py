@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.report.pipeline import analyze_run
-from analysis.server.sources import ServerOptions, ServerSource
+from llm_locust.analysis.pipeline import analyze_run
+from llm_locust.analysis.server.sources import ServerOptions, ServerSource
 from llm_locust.run.demo import start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
 from llm_locust.simserver.config import FLAVOR_NAMES

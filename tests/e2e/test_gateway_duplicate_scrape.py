@@ -20,7 +20,7 @@ import sys
 import pandas as pd
 import pytest
 
-from analysis.report.pipeline import analyze_run
+from llm_locust.analysis.pipeline import analyze_run
 from llm_locust.run.demo import SIM_MODEL, start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
 from tests.nginx import GatewaySite, nginx_gateway

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from analysis.report.pipeline import analyze_run
+from llm_locust.analysis.pipeline import analyze_run
 from llm_locust.run.demo import start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
 from llm_locust.simserver.generic_api import PROTOCOL_TOML

@@ -4,7 +4,7 @@
 - ``llm-locust diagnose`` in its ladder round,
 - ``llm-locust demo`` (its embedded server too),
 - the Kubernetes Job's master (``llm-locust run --workers 0 --remote-workers 1``, ``k8s/``) with a
-  worker started by hand (``python -m locust -f locustfiles/ladder.py --worker …``): there the
+  worker started by hand (``python -m locust -f llm_locust/locustfiles/ladder.py --worker …``): there the
   launcher *and* its master are killed (a pod gone), so the worker learns it only from the
   master's silent heartbeats.
 

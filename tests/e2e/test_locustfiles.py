@@ -30,7 +30,7 @@ def test_protocol_locustfile(scripted_server, tmp_path, locustfile):
     path, events = STREAMS[locustfile]
     url, process = scripted_server(sse_script([(0.01, e) for e in events], keep_alive=True))
     completed = subprocess.run(
-        [sys.executable, "-m", "locust", "-f", str(REPO / "locustfiles" / locustfile), "--headless", "-u", "1",
+        [sys.executable, "-m", "locust", "-f", str(REPO / "llm_locust" / "locustfiles" / locustfile), "--headless", "-u", "1",
          "-r", "1", "-t", "2s", "--host", url, "--model", "m", "--max-tokens", "2", "--metrics-url", "none",
          "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=60,

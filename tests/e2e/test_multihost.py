@@ -3,8 +3,8 @@ in its own network namespace (its own "host", reached only through its veth and 
 the way a user starts them on real machines:
 
     server:   llm-locust sim-server --host 10.247.13.1
-    master:   locust -f locustfiles/ladder.py --master --headless --expect-workers 3 --master-bind-host 10.247.13.2 …
-    worker:   locust -f locustfiles/ladder.py --worker --master-host 10.247.13.2      (x 3)
+    master:   locust -f llm_locust/locustfiles/ladder.py --master --headless --expect-workers 3 --master-bind-host 10.247.13.2 …
+    worker:   locust -f llm_locust/locustfiles/ladder.py --worker --master-host 10.247.13.2      (x 3)
 
 The same with ``llm-locust run --workers 0 --remote-workers 3`` as the master (what the Kubernetes
 Job in ``k8s/`` runs). The ladder 1, 2, 4, 8 against a batch ceiling of 4 must give ``requests.csv`` rows = Locust's
@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.report.pipeline import analyze_run
+from llm_locust.analysis.pipeline import analyze_run
 from llm_locust.run.launcher import stop_process
 from tests.e2e.netns_helpers import NamespaceNetwork, namespaces_unavailable
 from tests.e2e.side_by_side import all_at_once
@@ -35,7 +35,7 @@ from tests.e2e.side_by_side import all_at_once
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-LADDER = ROOT / "locustfiles" / "ladder.py"
+LADDER = ROOT / "llm_locust" / "locustfiles" / "ladder.py"
 MAX_NUM_SEQS = 4
 WORKERS = 3
 PORT = 8000

@@ -15,15 +15,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.rundir import load_run
-from analysis.steps import step_table, step_windows
+from llm_locust.analysis.perstep.table import step_table, step_windows
+from llm_locust.analysis.rundir.reader import load_run
 from llm_locust.run.demo import SIM_MODEL, start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-RATE_LOCUSTFILE = REPO / "locustfiles" / "rate.py"
+RATE_LOCUSTFILE = REPO / "llm_locust" / "locustfiles" / "rate.py"
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from analysis.report.workers import workers_markdown
-from analysis.rundir import load_run
+from llm_locust.analysis.report.workers import workers_markdown
+from llm_locust.analysis.rundir.reader import load_run
 from llm_locust.run.demo import SIM_MODEL
 from llm_locust.run.launcher import LocustRun, run_locust
 from tests.e2e.fault_helpers import LOCUSTFILES, locust_request_count

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from analysis.report.pipeline import analyze_run
+from llm_locust.analysis.pipeline import analyze_run
 from tests.scripted_server import body_script
 
 pytestmark = pytest.mark.slow

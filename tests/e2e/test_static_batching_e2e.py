@@ -131,7 +131,7 @@ that line (the generic flavour's periodic series line left out of the format fil
 
 @pytest.mark.parametrize("mapping", list(MAPPINGS))
 def test_the_verdict_does_not_depend_on_how_the_batch_line_is_mapped(runs, mapping, tmp_path):
-    from analysis.report.pipeline import analyze_run
+    from llm_locust.analysis.pipeline import analyze_run
 
     run_dir, _ = runs["max_batch_8"]
     assert SERIES_LINE in FORMAT_TOML and BATCH_TABLE in FORMAT_TOML

@@ -150,14 +150,14 @@ def test_sigterm_to_a_plain_locust_master_still_completes_the_run_directory(sim_
     run_dir = tmp_path / "plain"
     port = free_port()
     master = subprocess.Popen(
-        [sys.executable, "-m", "locust", "-f", str(REPO / "locustfiles" / "ladder.py"), "--master", "--headless",
+        [sys.executable, "-m", "locust", "-f", str(REPO / "llm_locust" / "locustfiles" / "ladder.py"), "--master", "--headless",
          "--expect-workers", "1", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
          "--host", sim_host, "--model", SIM_MODEL, "--ladder", "1,2", "--dwell-s", "60", "--warmup-s", "1",
          "--max-tokens", "16", "--run-dir", str(run_dir), "--csv", str(run_dir / "locust"), "--only-summary"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
     )  # fmt: skip
     worker = subprocess.Popen(
-        [sys.executable, "-m", "locust", "-f", str(REPO / "locustfiles" / "ladder.py"), "--worker",
+        [sys.executable, "-m", "locust", "-f", str(REPO / "llm_locust" / "locustfiles" / "ladder.py"), "--worker",
          "--master-host", "127.0.0.1", "--master-port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
     )  # fmt: skip

@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.report.pipeline import analyze_run
-from analysis.rundir import load_run
-from analysis.server.batches import batch_stats
-from analysis.server.sources import gather
-from analysis.steps import step_windows
+from llm_locust.analysis.perstep.table import step_windows
+from llm_locust.analysis.pipeline import analyze_run
+from llm_locust.analysis.rundir.reader import load_run
+from llm_locust.analysis.server.batches import batch_stats
+from llm_locust.analysis.server.sources import gather
 from llm_locust.run.demo import start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
 from llm_locust.simserver.flavors.generic import FORMAT_TOML

@@ -25,14 +25,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.report.pipeline import analyze_run
+from llm_locust.analysis.pipeline import analyze_run
 from llm_locust.run.demo import start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
 from tests.e2e.locust_cluster import run_master_and_workers
 
 pytestmark = pytest.mark.slow
 
-LADDER = Path(__file__).resolve().parents[2] / "locustfiles" / "ladder.py"
+LADDER = Path(__file__).resolve().parents[2] / "llm_locust" / "locustfiles" / "ladder.py"
 MAX_NUM_SEQS = 2
 USERS = (1, 2, 4)
 DWELL_S, WARMUP_S = 5.0, 1.5

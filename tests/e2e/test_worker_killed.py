@@ -142,7 +142,7 @@ def test_the_users_come_back_on_the_surviving_worker(killed_worker_run):
 def test_the_verdict_names_the_lost_worker_not_a_slow_client(killed_worker_run):
     """Step 0 ran short while the killed worker's user was gone: the verdict blames the loss
     (evidence worker_lost) and asks why it happened, not for more workers."""
-    from analysis.report.pipeline import analyze_run
+    from llm_locust.analysis.pipeline import analyze_run
 
     run_dir, _, _ = killed_worker_run
     verdict = analyze_run(run_dir, write=False).verdict

@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from analysis.report.pipeline import analyze_run
+from llm_locust.analysis.pipeline import analyze_run
 from tests.real_servers import real_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_server]

@@ -29,8 +29,8 @@ from contextlib import ExitStack
 import pandas as pd
 import pytest
 
-from analysis.report.pipeline import analyze_run
-from analysis.steps import replica_column
+from llm_locust.analysis.perstep.table import replica_column
+from llm_locust.analysis.pipeline import analyze_run
 from llm_locust.run.launcher import free_port
 from tests.nginx import GatewaySite, nginx_gateway
 from tests.real_servers import real_server

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.report.pipeline import analyze_run
+from llm_locust.analysis.pipeline import analyze_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_server]
 

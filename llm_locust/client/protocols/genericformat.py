@@ -208,7 +208,7 @@ def load_format(path: str | Path) -> GenericFormat:
     except (OSError, UnicodeDecodeError) as exc:
         raise FormatError(f"protocol format {path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
-        from analysis.server.userformat import toml_hint
+        from llm_locust.analysis.server.userformat import toml_hint
 
         raise FormatError(f"protocol format {path}: not TOML: {exc}{toml_hint(exc)}") from None
     try:

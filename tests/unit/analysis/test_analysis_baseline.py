@@ -1,9 +1,9 @@
-"""Baseline medians over the first N successes (analysis/baseline.py)."""
+"""Baseline medians over the first N successes (llm_locust/analysis/perstep/baseline.py)."""
 
 import pandas as pd
 import pytest
 
-from analysis.baseline import baseline_medians
+from llm_locust.analysis.perstep.baseline import baseline_medians
 
 
 def frame(rows):

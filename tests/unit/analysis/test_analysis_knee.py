@@ -1,11 +1,11 @@
-"""Critical-concurrency rule (analysis/verdict/knee.py), on hand-made step tables."""
+"""Critical-concurrency rule (llm_locust/analysis/verdict/knee.py), on hand-made step tables."""
 
 import math
 
 import numpy as np
 import pandas as pd
 
-from analysis.verdict.knee import find_critical_concurrency, kneed_cross_check
+from llm_locust.analysis.verdict.knee import find_critical_concurrency, kneed_cross_check
 
 NAN = math.nan
 

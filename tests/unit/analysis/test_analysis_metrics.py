@@ -1,4 +1,4 @@
-"""Per-request metrics and client in-flight (analysis/metrics.py)."""
+"""Per-request metrics and client in-flight (llm_locust/analysis/perrequest/metrics.py)."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.metrics import (
+from llm_locust.analysis.perrequest.metrics import (
     MAX_INFLIGHT_BINS,
     end_time_s,
     inflight_binned,
@@ -69,7 +69,7 @@ def test_inflight_series_empty():
 
 
 def test_inflight_binned_averages_each_bin_exactly():
-    from analysis.metrics import inflight_binned, inflight_series
+    from llm_locust.analysis.perrequest.metrics import inflight_binned, inflight_series
 
     # request A on [0, 2.5), B on [1.5, 3): bin [0,1): 1; [1,2): 1 + 0.5; [2,3): 0.5 + 1
     series = inflight_series(pd.Series([0.0, 1.5]), pd.Series([2.5, 3.0]))
@@ -99,7 +99,7 @@ def test_prorated_tokens_by_hand():
 def test_inflight_series_counts_every_request_in_flight_by_hand():
     """Random intervals with shared instants and unknown ends: at each event instant, the
     requests with ``start <= t < end`` counted one by one."""
-    from analysis.metrics import inflight_series
+    from llm_locust.analysis.perrequest.metrics import inflight_series
 
     rng = np.random.default_rng(4)
     start = rng.integers(0, 50, 300).astype(float) / 4

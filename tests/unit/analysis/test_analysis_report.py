@@ -1,5 +1,5 @@
-"""End to end: run directory -> report/ files and the ``analyze`` command (analysis/report/pipeline.py,
-analysis/cli.py)."""
+"""End to end: run directory -> report/ files and the ``analyze`` command (llm_locust/analysis/pipeline.py,
+llm_locust/analysis/analyzecmd.py)."""
 
 import json
 from pathlib import Path
@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from matplotlib.image import imread
 
-from analysis import analyze_run
-from analysis.cli import main
-from analysis.verdict.jsonout import BASELINE_NOTE, SCHEMA_PATH
+from llm_locust.analysis import analyze_run
+from llm_locust.analysis.analyzecmd import main
+from llm_locust.analysis.verdict.jsonout import BASELINE_NOTE, SCHEMA_PATH
 from tests.analysis_factories import T0, make_request, server_row, synthetic_ladder, write_run_dir
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -242,7 +242,7 @@ def test_shape_none_is_one_load_level(tmp_path, capsys):
 def test_timeline_title_mentions_steps_only_for_a_ladder(ladder_dir):
     from matplotlib.figure import Figure
 
-    from analysis.report.plots import plot_timeline
+    from llm_locust.analysis.report.plots import plot_timeline
 
     result = analyze_run(ladder_dir, write=False)
     for steps, title in (
@@ -261,7 +261,7 @@ def test_the_server_line_ends_with_the_run_not_a_scrape_interval_later(tmp_path)
     baseline that ended 0.8 s after its last scrape showed the server busy 3 s past the end."""
     from matplotlib.figure import Figure
 
-    from analysis.report.plots import plot_timeline
+    from llm_locust.analysis.report.plots import plot_timeline
 
     requests = [make_request(T0 + 1.0 + 1.5 * k, e2e_ms=1360.0) for k in range(3)]
     server = [server_row(T0 + t, metric, value) for t, running in ((0.5, 1.0), (2.0, 1.0), (3.4, 1.0), (6.0, 0.0))
@@ -289,7 +289,7 @@ def test_summary_has_the_prorated_throughput_column(ladder_dir):
 
 
 def test_summary_workload_line_leaves_out_unset_keys_and_shortens_fingerprints():
-    from analysis.report.pipeline import workload_text
+    from llm_locust.analysis.pipeline import workload_text
 
     sha = "c5c324489f501f85176728810a916462967b846265fada33f267823fec8f6543"
     text = workload_text({"max_tokens": 64, "tokenizer": None, "prompt_set_sha256": sha, "timeouts_s": {"ttft": 900.0}})

@@ -1,4 +1,4 @@
-"""Loading and validating a run directory (analysis/rundir.py)."""
+"""Loading and validating a run directory (llm_locust/analysis/rundir/reader.py)."""
 
 import json
 import math
@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.rundir import UNCLEAN_END_NOTE, RunDirError, load_run
+from llm_locust.analysis.rundir.reader import UNCLEAN_END_NOTE, RunDirError, load_run
 from tests.analysis_factories import (
     REQUEST_COLUMNS,
     T0,

@@ -1,13 +1,13 @@
-"""Per-step table over steady windows (analysis/steps.py)."""
+"""Per-step table over steady windows (llm_locust/analysis/perstep/table.py)."""
 
 import math
 
 import pandas as pd
 import pytest
 
-from analysis.rundir import load_run
-from analysis.server.prometheus import metrics_series
-from analysis.steps import step_table, step_windows
+from llm_locust.analysis.perstep.table import step_table, step_windows
+from llm_locust.analysis.rundir.reader import load_run
+from llm_locust.analysis.server.prometheus import metrics_series
 from tests.analysis_factories import T0, make_request, server_row, write_run_dir
 
 

@@ -1,10 +1,10 @@
-"""Report files are replaced whole or left as they were (analysis/report/atomicwrite.py)."""
+"""Report files are replaced whole or left as they were (llm_locust/analysis/report/atomicwrite.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from analysis.atomicwrite import write_text_atomic
+from llm_locust.analysis.atomicwrite import write_text_atomic
 
 
 def test_the_file_is_replaced_and_nothing_else_is_left(tmp_path):

@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.capacity import CapacitySearch, Probe, judge_probe
-from analysis.goodput import parse_slo
+from llm_locust.analysis.capacity import CapacitySearch, Probe, judge_probe
+from llm_locust.analysis.perstep.goodput import parse_slo
 
 
 def _search(limit_users: int | None, **kwargs) -> CapacitySearch:

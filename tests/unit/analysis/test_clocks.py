@@ -1,7 +1,7 @@
-"""Notes on the load machines' clock offsets (analysis/clocks.py): at most one line per kind of
+"""Notes on the load machines' clock offsets (llm_locust/analysis/rundir/clocks.py): at most one line per kind of
 problem, whatever the number of workers, and none where no step window exists."""
 
-from analysis.clocks import clock_notes
+from llm_locust.analysis.rundir.clocks import clock_notes
 
 
 def meta(*entries, warmup_s=5.0, kind="ladder"):

@@ -1,12 +1,12 @@
-"""The batching-config check (analysis/verdict/configcheck.py): configured vs observed vs theoretical."""
+"""The batching-config check (llm_locust/analysis/verdict/configcheck.py): configured vs observed vs theoretical."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.server.config import ServerConfig
-from analysis.server.series import series_from_breakpoints
-from analysis.verdict.configcheck import check_config
+from llm_locust.analysis.server.config import ServerConfig
+from llm_locust.analysis.server.series import series_from_breakpoints
+from llm_locust.analysis.verdict.configcheck import check_config
 
 T0 = 1_700_000_000.0
 

@@ -7,7 +7,7 @@ import io
 import re
 import time
 
-from analysis.console import Heartbeat
+from llm_locust.analysis.console import Heartbeat
 
 
 def test_a_short_stage_prints_nothing():

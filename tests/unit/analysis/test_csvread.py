@@ -1,4 +1,4 @@
-"""Typed reading (analysis/csvread.py): the same frame as the string reader, the same refusals,
+"""Typed reading (llm_locust/analysis/rundir/csvread.py): the same frame as the string reader, the same refusals,
 the partial last row found from the file's tail."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import rundir
-from analysis.csvread import complete_length, read_typed
-from analysis.rundir import LAZY_REQUEST_COLUMNS, RunDirError, load_run, read_requests
-from analysis.schema import REQUEST_SCHEMA, SERVER_METRICS_SCHEMA
+from llm_locust.analysis.rundir import reader as rundir
+from llm_locust.analysis.rundir.csvread import complete_length, read_typed
+from llm_locust.analysis.rundir.reader import LAZY_REQUEST_COLUMNS, RunDirError, load_run, read_requests
+from llm_locust.analysis.schema import REQUEST_SCHEMA, SERVER_METRICS_SCHEMA
 from llm_locust.client.record import CSV_COLUMNS, RequestRecord
-from llm_locust.master.rundir import CsvAppender
+from llm_locust.master.runwriter import CsvAppender
 from tests.analysis_factories import T0, make_request, server_row, write_run_dir
 
 ALL = tuple(c.name for c in REQUEST_SCHEMA)

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.faults import outage_spells, step_faults
-from analysis.report.pipeline import analyze_run
+from llm_locust.analysis.perrequest.faults import outage_spells, step_faults
+from llm_locust.analysis.pipeline import analyze_run
 from tests.analysis_factories import T0, make_request, scenario_ladder, step_spec, write_run_dir
 
 

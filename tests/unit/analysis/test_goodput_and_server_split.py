@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from analysis.goodput import parse_slo
-from analysis.report.pipeline import analyze_run
+from llm_locust.analysis.perstep.goodput import parse_slo
+from llm_locust.analysis.pipeline import analyze_run
 from tests.analysis_factories import T0, make_request, write_run_dir
 
 DWELL_S = 10.0

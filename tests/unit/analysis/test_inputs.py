@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.inputs import input_columns, input_lines
+from llm_locust.analysis.perstep.inputs import input_columns, input_lines
 
 TABLE = pd.DataFrame({"step": [0, 1], "window_start_s": [0.0, 10.0], "window_end_s": [10.0, 20.0]})
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.outcome import RunOutcome, outcome_line, request_counts
-from analysis.report.pipeline import analyze_run
-from analysis.steps import step_table
-from analysis.workers import worker_table
+from llm_locust.analysis.perrequest.outcome import RunOutcome, outcome_line, request_counts
+from llm_locust.analysis.perstep.table import step_table
+from llm_locust.analysis.perstep.workers import worker_table
+from llm_locust.analysis.pipeline import analyze_run
 from tests.analysis_factories import T0, make_request, write_run_dir
 
 KINDS = ["", "", "", "http_429", "interrupted", "interrupted"]

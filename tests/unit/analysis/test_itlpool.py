@@ -1,6 +1,6 @@
-"""The pooled ITL in bulk (analysis/itlpool.py) against numpy on the raw values.
+"""The pooled ITL in bulk (llm_locust/analysis/perrequest/itlpool.py) against numpy on the raw values.
 
-Each request's values and weights come from :func:`analysis.itl.request_itl` (the definition,
+Each request's values and weights come from :func:`llm_locust.analysis.perrequest.itl.request_itl` (the definition,
 checked by hand elsewhere); the pooled quantiles from numpy on those raw values (weights expanded,
 ``inverted_cdf``), the inter-chunk gaps from numpy on gaps parsed here with Python.
 """
@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import analysis.csvread
-from analysis.itl import request_itl
-from analysis.itlpool import itl_from_csv, itl_summary, linear_percentile, split_numbers
-from analysis.rundir import read_requests
+import llm_locust.analysis.rundir.csvread
+from llm_locust.analysis.perrequest.itl import request_itl
+from llm_locust.analysis.perrequest.itlpool import itl_from_csv, itl_summary, linear_percentile, split_numbers
+from llm_locust.analysis.rundir.reader import read_requests
 from llm_locust.client.record import CSV_COLUMNS, RequestRecord
-from llm_locust.master.rundir import CsvAppender
+from llm_locust.master.runwriter import CsvAppender
 
 
 def _requests(seed: int, n: int, *, whole_counts: bool) -> pd.DataFrame:
@@ -85,7 +85,7 @@ def test_pooled_figures_equal_numpy_on_the_raw_values(seed, whole_counts):
 def test_blocks_of_any_size_give_the_same_figures():
     requests = _requests(7, 300, whole_counts=True)
     whole = itl_summary(requests)
-    from analysis.itlpool import PooledItl
+    from llm_locust.analysis.perrequest.itlpool import PooledItl
 
     pool = PooledItl()
     for start in range(0, len(requests), 7):
@@ -145,7 +145,7 @@ def test_itl_from_csv_reads_the_file_in_blocks(tmp_path, monkeypatch):
                                event_tokens=row.event_tokens)  # fmt: skip
         writer.write_rows([record.to_row()])
     writer.close()
-    monkeypatch.setattr(analysis.csvread, "_FRAME_BYTES", 4096)  # many blocks
+    monkeypatch.setattr(llm_locust.analysis.rundir.csvread, "_FRAME_BYTES", 4096)  # many blocks
 
     result = itl_from_csv(path)
 

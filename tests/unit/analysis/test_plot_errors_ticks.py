@@ -8,7 +8,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from analysis.report.plots import plot_errors
+from llm_locust.analysis.report.plots import plot_errors
 
 
 @pytest.mark.parametrize(

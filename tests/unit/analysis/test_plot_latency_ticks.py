@@ -9,7 +9,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from analysis.report.plots import plot_latency
+from llm_locust.analysis.report.plots import plot_latency
 
 
 def _labelled_ticks(ax) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The timeline's long series drawn as bin averages (analysis/report/plots.py ``thinned``),
+"""The timeline's long series drawn as bin averages (llm_locust/analysis/report/plots.py ``thinned``),
 against the step function's integral summed interval by interval in plain Python."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.report.plots import thinned
+from llm_locust.analysis.report.plots import thinned
 
 
 def _by_hand(t: list[float], v: list[float], start: float, end: float) -> float:

@@ -1,4 +1,4 @@
-"""Request-rate figures per step (analysis.rate), the rate ladder's knee and verdict, the loader."""
+"""Request-rate figures per step (llm_locust.analysis.perstep.rate), the rate ladder's knee and verdict, the loader."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.loadaxis import RATE, USERS, load_axis
-from analysis.metrics import with_request_metrics
-from analysis.rate import RATE_COLUMNS, rate_columns
-from analysis.rundir import load_run
-from analysis.server.config import ServerConfig
-from analysis.steps import STEP_TABLE_COLUMNS, step_table, step_windows
-from analysis.verdict import ClientSide, ServerSide, diagnose
-from analysis.verdict.jsonout import verdict_json
-from analysis.verdict.knee import find_critical_concurrency
+from llm_locust.analysis.loadaxis import RATE, USERS, load_axis
+from llm_locust.analysis.perrequest.metrics import with_request_metrics
+from llm_locust.analysis.perstep.rate import RATE_COLUMNS, rate_columns
+from llm_locust.analysis.perstep.table import STEP_TABLE_COLUMNS, step_table, step_windows
+from llm_locust.analysis.rundir.reader import load_run
+from llm_locust.analysis.server.config import ServerConfig
+from llm_locust.analysis.verdict import ClientSide, ServerSide, diagnose
+from llm_locust.analysis.verdict.jsonout import verdict_json
+from llm_locust.analysis.verdict.knee import find_critical_concurrency
 from tests.analysis_factories import T0, make_request
 
 NAN = math.nan

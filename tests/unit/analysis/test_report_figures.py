@@ -1,4 +1,4 @@
-"""The report's figures drawn in forked children (analysis/report/figures.py).
+"""The report's figures drawn in forked children (llm_locust/analysis/report/figures.py).
 
 The test process imports Locust (``tests/conftest.py``), so gevent has patched it and
 :func:`fork_is_safe` is False here: the forked path runs in a fresh interpreter that imports only
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.report.figures import FigureJob, fork_is_safe, save_figures
+from llm_locust.analysis.report.figures import FigureJob, fork_is_safe, save_figures
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -28,8 +28,9 @@ SCENARIOS = textwrap.dedent(
     from pathlib import Path
     import numpy as np
     from matplotlib.image import imread
-    from analysis.report import figures, pipeline
-    from analysis.report.figures import FigureJob, fork_is_safe, save_figures
+    from llm_locust.analysis import pipeline
+    from llm_locust.analysis.report import figures
+    from llm_locust.analysis.report.figures import FigureJob, fork_is_safe, save_figures
     from tests.analysis_factories import synthetic_ladder
 
     out, parent, seen = Path(sys.argv[1]), os.getpid(), {}
@@ -184,7 +185,7 @@ DIES_WITH_PARENT = textwrap.dedent(
     """
     import os, signal, sys, time
     from pathlib import Path
-    from analysis.report.figures import FigureJob, save_figures
+    from llm_locust.analysis.report.figures import FigureJob, save_figures
 
     out, parent = Path(sys.argv[1]), os.getpid()
 

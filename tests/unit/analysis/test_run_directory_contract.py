@@ -1,4 +1,4 @@
-"""The run directory written by llm_locust reads back through analysis/ unchanged."""
+"""The run directory written by llm_locust reads back through llm_locust/analysis/ unchanged."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.rundir import load_run
+from llm_locust.analysis.rundir.reader import load_run
 from llm_locust.client.record import CSV_COLUMNS, RequestRecord
-from llm_locust.master.rundir import SERVER_METRICS_COLUMNS, RunDirectory
+from llm_locust.master.runwriter import SERVER_METRICS_COLUMNS, RunDirectory
 from llm_locust.master.scraper import samples_to_rows
 from tests.conftest import fixture_path
 
@@ -105,7 +105,7 @@ def test_a_run_directory_from_before_the_issue_3_columns_still_loads(tmp_path):
 
 
 def test_itl_summary_from_requests_csv_rows(tmp_path):
-    from analysis.itlpool import itl_summary
+    from llm_locust.analysis.perrequest.itlpool import itl_summary
 
     run_dir = RunDirectory(tmp_path / "run")
     # 11 tokens in events of 1, 5, 5 at 50, 150 and 1040 ms; the stream ended at 1050 ms

@@ -3,7 +3,7 @@
 import json
 from html.parser import HTMLParser
 
-from analysis.report.pipeline import analyze_run
+from llm_locust.analysis.pipeline import analyze_run
 from tests.analysis_factories import synthetic_ladder
 
 

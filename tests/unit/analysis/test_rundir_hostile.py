@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.cli import main
+from llm_locust.analysis.analyzecmd import main
 from tests.analysis_factories import synthetic_ladder
 
 CLIENT_COLUMNS = ["step", "target_users", "completed", "output_tps", "request_rps", "ttft_p50_ms", "tpot_p50_ms",

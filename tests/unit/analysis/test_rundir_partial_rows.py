@@ -1,6 +1,6 @@
 """A ``requests.csv`` (or ``server_metrics.csv``) cut mid-write: the partial last row is dropped
 and reported, never read as a (wrong) value. Every cut position of a small file written by the
-real writer (``llm_locust/master/rundir.py`` ``CsvAppender``)."""
+real writer (``llm_locust/master/runwriter.py`` ``CsvAppender``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.rundir import load_run
-from llm_locust.master.rundir import CsvAppender
+from llm_locust.analysis.rundir.reader import load_run
+from llm_locust.master.runwriter import CsvAppender
 from tests.analysis_factories import REQUEST_COLUMNS, T0, make_request, write_run_dir
 
 NOTE = "requests.csv ends in a partial row (cut mid-write?): 1 row dropped"

@@ -1,6 +1,6 @@
 """One schema, three users: the writer in llm_locust, the loader in analysis and the enums agree.
 
-A new error kind or column added to :mod:`analysis.schema` (or to the record without it) fails
+A new error kind or column added to :mod:`llm_locust.analysis.schema` (or to the record without it) fails
 here instead of in the analysis of some later run.
 """
 
@@ -13,12 +13,12 @@ from dataclasses import fields
 import pandas as pd
 import pytest
 
-from analysis import schema
-from analysis.rundir import RunDirError, load_run
-from analysis.server.files import read_server_files
+from llm_locust.analysis import schema
+from llm_locust.analysis.rundir.reader import RunDirError, load_run
+from llm_locust.analysis.server.files import read_server_files
 from llm_locust.client.record import CSV_COLUMNS, ErrorKind, RequestRecord, TokensSource
 from llm_locust.master.logfollow import LogFollower
-from llm_locust.master.rundir import RunDirectory
+from llm_locust.master.runwriter import RunDirectory
 from tests.analysis_factories import REQUEST_COLUMNS as FACTORY_COLUMNS
 from tests.analysis_factories import make_request, write_run_dir
 
@@ -131,7 +131,7 @@ def test_the_factorys_run_json_keys_are_documented(tmp_path):
 
 
 def test_every_scrape_outcome_the_scraper_writes_reads_back(tmp_path):
-    from analysis.server.files import read_scrapes
+    from llm_locust.analysis.server.files import read_scrapes
     from llm_locust.master.scraper import ScrapeOutcome
 
     outcomes = [

@@ -12,16 +12,16 @@ import jsonschema
 import pandas as pd
 import pytest
 
-from analysis.cli import main as analyze_main
-from analysis.report.pipeline import analyze_run
-from analysis.thresholds import (
+from llm_locust.analysis.analyzecmd import main as analyze_main
+from llm_locust.analysis.pipeline import analyze_run
+from llm_locust.analysis.thresholds import (
     EXIT_THRESHOLD_FAILED,
     ThresholdError,
     evaluate,
     parse_threshold,
     parse_thresholds,
 )
-from analysis.verdict.jsonout import SCHEMA_PATH
+from llm_locust.analysis.verdict.jsonout import SCHEMA_PATH
 from tests.analysis_factories import T0, scenario_ladder, step_spec
 
 DWELL_S = 10.0

@@ -1,4 +1,4 @@
-"""Per-worker figures (analysis/workers.py) and summary.md's per-worker section, on run
+"""Per-worker figures (llm_locust/analysis/perstep/workers.py) and summary.md's per-worker section, on run
 directories whose numbers are worked out by hand."""
 
 from __future__ import annotations
@@ -8,9 +8,15 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.report.workers import workers_markdown
-from analysis.rundir import RunDirError, load_run
-from analysis.workers import UNTIL_BACK, UNTIL_RUN_END, missing_intervals, worker_records, worker_table
+from llm_locust.analysis.perstep.workers import (
+    UNTIL_BACK,
+    UNTIL_RUN_END,
+    missing_intervals,
+    worker_records,
+    worker_table,
+)
+from llm_locust.analysis.report.workers import workers_markdown
+from llm_locust.analysis.rundir.reader import RunDirError, load_run
 from tests.analysis_factories import T0, client_load_row, make_request, write_client_load, write_run_dir
 
 LOCUST_ID = "loadbox-7_" + "ab" * 16

@@ -14,7 +14,7 @@ import math
 
 import pytest
 
-from analysis.itl import chunk_gaps_ms, request_itl
+from llm_locust.analysis.perrequest.itl import chunk_gaps_ms, request_itl
 from tests.conftest import STAMP_TOLERANCE_MS, fixture_path, server_log, stop
 from tests.locust_env import make_user
 from tests.scripted_server import sse_script

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from analysis.itl import request_itl
+from llm_locust.analysis.perrequest.itl import request_itl
 from llm_locust.client.connection import ConnectionPool, Target
 from llm_locust.client.protocols import get_adapter
 from llm_locust.client.stream import Limits, run_exchange

@@ -207,8 +207,8 @@ def test_the_pages_use_no_deprecated_spelling():
 
 
 def test_the_format_file_page_names_every_group():
-    # the group batch_wait_max_ms was documented only in analysis/server/userformat.py
-    from analysis.server.userformat import BATCH_GROUPS, CONFIG_GROUPS, METRIC_COLUMNS, SERIES_GROUPS
+    # the group batch_wait_max_ms was documented only in llm_locust/analysis/server/userformat.py
+    from llm_locust.analysis.server.userformat import BATCH_GROUPS, CONFIG_GROUPS, METRIC_COLUMNS, SERIES_GROUPS
 
     page = (ROOT / "docs" / "server-data.md").read_text(encoding="utf-8")
     rows = [line for line in page.splitlines() if line.startswith("| ")]

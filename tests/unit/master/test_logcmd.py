@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.server.files import read_server_files
-from analysis.server.serverlog import LogClock, TimeSource, parse_server_log
-from analysis.server.serverlog.reader import read_log
+from llm_locust.analysis.server.files import read_server_files
+from llm_locust.analysis.server.serverlog import LogClock, TimeSource, parse_server_log
+from llm_locust.analysis.server.serverlog.reader import read_log
 from llm_locust.master.logcmd import CommandLogFollower, parse_log_command
 from llm_locust.options import validate_options
 from llm_locust.wallclock import local_wall_s
@@ -121,7 +121,7 @@ def test_a_failing_command_is_kept_with_its_exit_code(tmp_path):
     ended = follower.ended_early
     assert ended is not None and ended["exit_code"] == 1 and ended["lines"] == 1
     assert ended["at_s"] <= local_wall_s()
-    from analysis.rundir import server_log_command_notes
+    from llm_locust.analysis.rundir.reader import server_log_command_notes
 
     [note] = server_log_command_notes({"started_at_s": ended["at_s"] - 3.0, "server_log_cmd_ended": ended})
     assert note.startswith("the server log command (--server-log-cmd) ended by itself 3.0 s into the run (exit code 1")

@@ -1,5 +1,5 @@
 """Following the server log during a run (llm_locust/master/logfollow.py) and reading it back
-(analysis/server/files.py): every line copied once, stamped on arrival, backlog marked."""
+(llm_locust/analysis/server/files.py): every line copied once, stamped on arrival, backlog marked."""
 
 import math
 
@@ -7,7 +7,7 @@ import gevent
 import numpy as np
 import pytest
 
-from analysis.server.files import read_server_files
+from llm_locust.analysis.server.files import read_server_files
 from llm_locust.master.logfollow import LogFollower
 from llm_locust.wallclock import local_wall_s
 

@@ -241,7 +241,7 @@ def test_plain_locust_with_bad_options_exits_2_without_a_traceback(tmp_path):
     import sys
     from pathlib import Path
 
-    ladder = Path(__file__).resolve().parents[3] / "locustfiles" / "ladder.py"
+    ladder = Path(__file__).resolve().parents[3] / "llm_locust" / "locustfiles" / "ladder.py"
     out = subprocess.run([sys.executable, "-m", "locust", "-f", str(ladder), "--headless", "--host", "http://127.0.0.1:1",
                           "--warmup-s", "30", "--dwell-s", "20", "--run-dir", str(tmp_path / "r")],
                          capture_output=True, text=True, timeout=60)  # fmt: skip

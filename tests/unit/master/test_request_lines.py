@@ -8,7 +8,7 @@ import math
 import random
 
 from llm_locust.client.record import CSV_COLUMNS, RequestRecord
-from llm_locust.master.rundir import RequestLines
+from llm_locust.master.runwriter import RequestLines
 
 TOKEN_TIMES = CSV_COLUMNS.index("token_times_us")
 AWKWARD = ["", " ", ",", '"', "a,b", 'say "hi"', "line\nbreak", "cr\r", "ünïcode ✓", "  padded  "]
@@ -81,7 +81,7 @@ def test_only_float_nan_and_none_become_empty_cells():
     import numpy as np
     import pandas as pd
 
-    from llm_locust.master.rundir import csv_cells
+    from llm_locust.master.runwriter import csv_cells
 
     values = (None, math.nan, np.float64("nan"), np.float32("nan"), Decimal("NaN"), pd.NA, "", 0, False)
     assert [repr(c) for c in csv_cells(values)] == [

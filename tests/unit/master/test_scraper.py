@@ -9,7 +9,7 @@ import time
 import gevent
 import pytest
 
-from analysis.schema import SCRAPE_COLUMNS
+from llm_locust.analysis.schema import SCRAPE_COLUMNS
 from llm_locust.master.scraper import REFUSED_HINT, MetricsScraper
 from llm_locust.run.launcher import free_port
 from tests.scripted_server import body_script

@@ -14,7 +14,7 @@ import pytest
 from locust.env import Environment
 from locust.runners import STATE_MISSING, STATE_RUNNING, WorkerNode, WorkerNodes
 
-from analysis.faults import outages
+from llm_locust.analysis.perrequest.faults import outages
 from llm_locust.client.record import RequestRecord
 from llm_locust.master.clientreport import ClientReport, format_summary
 from llm_locust.master.shapes import LadderShape

@@ -11,7 +11,7 @@ import socket
 import pytest
 from locust.runners import STATE_MISSING, STATE_RUNNING
 
-from analysis.schema import RUN_JSON
+from llm_locust.analysis.schema import RUN_JSON
 from llm_locust.client.record import CSV_COLUMNS
 from llm_locust.master.clientreport import ClientReport, format_summary
 from llm_locust.master.workerloss import PROCESS_KEY, WorkerLossWatch, install_process_reporting

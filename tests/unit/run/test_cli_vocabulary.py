@@ -114,7 +114,7 @@ def test_help_lists_every_option_the_command_passes_on(name):
     if name == "diagnose":  # its own shapes: not passed on
         missing -= {"--rate", "--records-window"}
     assert not missing
-    assert "locust -f locustfiles/ladder.py --help" not in text
+    assert "locust -f llm_locust/locustfiles/ladder.py --help" not in text
     assert "llm-locust run --help-locust" in text
 
 

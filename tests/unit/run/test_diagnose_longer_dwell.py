@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from analysis.verdict.types import BottleneckKind, Evidence
+from llm_locust.analysis.verdict.types import BottleneckKind, Evidence
 from llm_locust.run.diagnose import longer_dwell_s
 
 

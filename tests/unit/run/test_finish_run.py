@@ -57,7 +57,7 @@ def test_exit_code_precedence(tmp_path, capsys, kinds, code, on_error, expected,
     ],
 )
 def test_thresholds_replace_exit_code_on_error(tmp_path, capsys, gate, code, expected):
-    from analysis.thresholds import parse_thresholds
+    from llm_locust.analysis.thresholds import parse_thresholds
     from tests.analysis_factories import scenario_ladder, step_spec
 
     run_dir = scenario_ladder(

@@ -13,7 +13,7 @@ import argparse
 
 import pytest
 
-from analysis.server.userformat import UserFormatError, load_user_format
+from llm_locust.analysis.server.userformat import UserFormatError, load_user_format
 from llm_locust.client.protocols.genericformat import FormatError, load_format
 from llm_locust.options import validate_options
 from llm_locust.run.diagnose import check_log_format

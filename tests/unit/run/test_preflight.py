@@ -119,7 +119,7 @@ def test_host_problem(host, expected):
 
 def test_plain_locust_with_a_bare_host_exits_2_with_one_line(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "locust", "-f", str(REPO / "locustfiles" / "chat_stream.py"), "--headless",
+        [sys.executable, "-m", "locust", "-f", str(REPO / "llm_locust" / "locustfiles" / "chat_stream.py"), "--headless",
          "--host", "127.0.0.1:9", "-u", "1", "-t", "2s"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip

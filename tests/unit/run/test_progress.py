@@ -7,7 +7,7 @@ import json
 import re
 import time
 
-from analysis.console import HOSTNAME
+from llm_locust.analysis.console import HOSTNAME
 from llm_locust.run.progress import LineCounter, RunProgress, last_csv_row, plan_of
 
 
@@ -16,7 +16,7 @@ def test_progress_says_step_i_of_n_elapsed_and_time_left_in_locusts_console_styl
     steps = [{"index": 0, "users": 1, "start_s": now - 13}, {"index": 1, "users": 2, "start_s": now - 3}]
     (tmp_path / "run.json").write_text(json.dumps({"shape": {"kind": "ladder", "steps": steps}}))
     (tmp_path / "requests.csv").write_text("header\na\nb\n")
-    plan = plan_of("locustfiles/ladder.py", ["--ladder", "1,2,4,8", "--dwell-s", "10"])
+    plan = plan_of("llm_locust/locustfiles/ladder.py", ["--ladder", "1,2,4,8", "--dwell-s", "10"])
     line = RunProgress(tmp_path, time.monotonic() - 75, plan).line()
     # the second of four 10 s steps, 3 s into it: 7 s of it and two steps more left
     assert re.fullmatch(

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 from prometheus_client import generate_latest
 
-from analysis.server.prometheus import detect_family, metrics_series
-from analysis.server.serverlog import LogClock, LogText, parse_server_log
-from analysis.server.userformat import load_user_format
+from llm_locust.analysis.server.prometheus import detect_family, metrics_series
+from llm_locust.analysis.server.serverlog import LogClock, LogText, parse_server_log
+from llm_locust.analysis.server.userformat import load_user_format
 from llm_locust.master.scraper import samples_to_rows
 from llm_locust.simserver.config import FLAVOR_NAMES, SimConfig
 from llm_locust.simserver.engine import SimRequest

@@ -12,9 +12,9 @@ import aiohttp
 import pandas as pd
 import pytest
 
-from analysis.server.userformat import load_user_format
-from analysis.verdict.failures import client_failures, step_failure_kind
-from analysis.verdict.types import BottleneckKind
+from llm_locust.analysis.server.userformat import load_user_format
+from llm_locust.analysis.verdict.failures import client_failures, step_failure_kind
+from llm_locust.analysis.verdict.types import BottleneckKind
 from llm_locust.run.launcher import free_port
 from llm_locust.simserver.config import SimConfig
 from llm_locust.simserver.engine import BatchEngine, SimRequest

@@ -1,8 +1,8 @@
 """Round summaries from numbers you can check by hand, for the attribution rules.
 
-:func:`summary` builds a :class:`~analysis.compare.rounds.RoundSummary` from per-request
+:func:`summary` builds a :class:`~llm_locust.analysis.compare.rounds.RoundSummary` from per-request
 single-request figures and per-step prorated throughputs given as ``(value, low, high)`` (no
-bootstrap replicates: :func:`analysis.compare.stats.ratio_of` then gives the conservative interval
+bootstrap replicates: :func:`llm_locust.analysis.compare.stats.ratio_of` then gives the conservative interval
 ``[a.low / b.high, a.high / b.low]``, which a test can work out by hand).
 
 ``QUANT_F32`` / ``QUANT_Q4_0`` and ``STATIC_MAX8`` / ``STATIC_MAX1`` are the figures of two real
@@ -29,9 +29,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.compare.rounds import RoundSummary
-from analysis.compare.stats import Estimate, median_ci, nan_estimate
-from analysis.server.config import ServerConfig
+from llm_locust.analysis.compare.rounds import RoundSummary
+from llm_locust.analysis.compare.stats import Estimate, median_ci, nan_estimate
+from llm_locust.analysis.server.config import ServerConfig
 
 
 def est(value: float, low: float, high: float, n: int = 10) -> Estimate:

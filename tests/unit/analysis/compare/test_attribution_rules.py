@@ -12,7 +12,7 @@ import statistics
 
 import pytest
 
-from analysis.compare.attribution import attribute
+from llm_locust.analysis.compare.attribution import attribute
 from tests.unit.analysis.compare.summary_factory import (
     QUANT_F32,
     QUANT_Q4_0,

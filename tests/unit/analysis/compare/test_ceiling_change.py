@@ -1,4 +1,4 @@
-"""The batch ceiling a compare reads for each round (analysis.compare.moved.ceiling_change).
+"""The batch ceiling a compare reads for each round (llm_locust.analysis.compare.moved.ceiling_change).
 
 The failing input comes from a CI-like run of tests/e2e/test_diagnose_ab.py: round B, the embedded
 server with --max-num-seqs 8 driven up to 4 users, had one scrape with a request waiting between
@@ -9,7 +9,7 @@ servers' settings.
 
 from __future__ import annotations
 
-from analysis.compare.moved import ceiling_change
+from llm_locust.analysis.compare.moved import ceiling_change
 from tests.unit.analysis.compare.summary_factory import summary
 
 ROUND = dict(

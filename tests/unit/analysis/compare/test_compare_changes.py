@@ -7,8 +7,8 @@ import statistics
 import numpy as np
 import pytest
 
-from analysis.compare.changes import change_summary, describe_changes
-from analysis.compare.stats import median_ci, median_ratio_ci, ratio_of, throughput_ci
+from llm_locust.analysis.compare.changes import change_summary, describe_changes
+from llm_locust.analysis.compare.stats import median_ci, median_ratio_ci, ratio_of, throughput_ci
 
 
 def test_one_label_declares_the_change_and_server_readings_corroborate():
@@ -62,7 +62,7 @@ def test_throughput_interval_spans_the_prorated_and_completed_figures():
 def test_gpu_memory_peak_sums_the_gpus_of_one_scrape():
     import pandas as pd
 
-    from analysis.compare.rounds import gpu_memory_peak_mib
+    from llm_locust.analysis.compare.rounds import gpu_memory_peak_mib
 
     samples = pd.DataFrame(
         {

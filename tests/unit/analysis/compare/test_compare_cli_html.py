@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import re
 
-from analysis.compare import compare_rounds, write_comparison
-from analysis.compare.cli import main
-from analysis.compare.html import write_index
+from llm_locust.analysis.compare import compare_rounds, write_comparison
+from llm_locust.analysis.compare.comparecmd import main
+from llm_locust.analysis.compare.html import write_index
 from tests.unit.analysis.compare.rounds_factory import ladder_round
 
 
@@ -69,7 +69,7 @@ def _verdict(report, verdict):
 
 
 def test_diagnose_page_shows_the_ladder_verdict_not_the_baselines(tmp_path):
-    # the baseline's verdict.json (analysis/verdict/verdict.schema.json) has "bottleneck": null; the
+    # the baseline's verdict.json (llm_locust/analysis/verdict/verdict.schema.json) has "bottleneck": null; the
     # page once showed it first as "Bottleneck: None; critical concurrency: None"
     folder = tmp_path / "round-a"
     _verdict(

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from analysis.compare import WorkloadMismatch, compare_rounds, comparison_json, write_comparison
+from llm_locust.analysis.compare import WorkloadMismatch, compare_rounds, comparison_json, write_comparison
 from tests.compare_recompute import single_decode_median as _single_decode_median
 from tests.compare_recompute import step_tps as _tps
 from tests.compare_recompute import step_tps_prorated as _prorated

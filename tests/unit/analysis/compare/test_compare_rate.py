@@ -14,12 +14,12 @@ import math
 
 import pytest
 
-from analysis.compare import compare_rounds, comparison_json, write_comparison
-from analysis.compare.changes import LoadAxisMismatch, load_round
-from analysis.compare.cli import main
-from analysis.compare.rounds import summarize_round
-from analysis.compare.table import format_round_table
-from analysis.loadaxis import RATE
+from llm_locust.analysis.compare import compare_rounds, comparison_json, write_comparison
+from llm_locust.analysis.compare.changes import LoadAxisMismatch, load_round
+from llm_locust.analysis.compare.comparecmd import main
+from llm_locust.analysis.compare.rounds import summarize_round
+from llm_locust.analysis.compare.table import format_round_table
+from llm_locust.analysis.loadaxis import RATE
 from tests.unit.analysis.compare.rounds_factory import TOKENS, ladder_round, rate_round
 
 WINDOW_S = 15.0  # dwell 20 s - warm-up 5 s

@@ -1,4 +1,4 @@
-"""Normalising scraped vLLM samples (analysis/server/prometheus, analysis/server/series.py)."""
+"""Normalising scraped vLLM samples (llm_locust/analysis/server/prometheus, llm_locust/analysis/server/series.py)."""
 
 import json
 import math
@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from analysis.server.prometheus import metrics_series
-from analysis.server.series import time_average
+from llm_locust.analysis.server.prometheus import metrics_series
+from llm_locust.analysis.server.series import time_average
 from tests.analysis_factories import SOURCE, T0, server_row
 from tests.conftest import fixture_path
 

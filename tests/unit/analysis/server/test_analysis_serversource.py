@@ -1,4 +1,4 @@
-"""Choosing the server source of a run (analysis/server/sources.py) and what the report says:
+"""Choosing the server source of a run (llm_locust/analysis/server/sources.py) and what the report says:
 the critical concurrency from the log alone, from metrics alone, from both."""
 
 import csv
@@ -7,9 +7,9 @@ import time
 import pandas as pd
 import pytest
 
-from analysis import analyze_run
-from analysis.cli import main
-from analysis.server.sources import ServerOptions, ServerSource
+from llm_locust.analysis import analyze_run
+from llm_locust.analysis.analyzecmd import main
+from llm_locust.analysis.server.sources import ServerOptions, ServerSource
 from tests.analysis_factories import T0, synthetic_ladder
 
 USERS, SLOTS, DWELL_S = (1, 2, 4, 8), 4, 20.0

@@ -5,11 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.server.batches import BATCH_COLUMNS, STAT_COLUMNS, batch_stats, empty_batches
-from analysis.server.families import ServerFamily
-from analysis.server.serverlog.base import LogClock, LogText
-from analysis.server.serverlog.batchlines import batch_events
-from analysis.server.userformat import UserFormatError, load_user_format
+from llm_locust.analysis.server.batches import BATCH_COLUMNS, STAT_COLUMNS, batch_stats, empty_batches
+from llm_locust.analysis.server.families import ServerFamily
+from llm_locust.analysis.server.serverlog.base import LogClock, LogText
+from llm_locust.analysis.server.serverlog.batchlines import batch_events
+from llm_locust.analysis.server.userformat import UserFormatError, load_user_format
 from llm_locust.simserver.flavors.generic import FORMAT_TOML
 from tests.serverlog_helpers import unix
 
@@ -88,7 +88,7 @@ def test_user_format_batch_lines_and_the_configured_wait():
     assert batches["batch_size"].tolist() == [1.0, 4.0]
     assert batches["batch_wait_ms"].tolist() == [300.0, 12.5]
     assert batches["queue"].tolist() == [0.0, 7.0] and set(batches["phase"]) == {"batch"}
-    from analysis.server.serverlog import parse_server_log
+    from llm_locust.analysis.server.serverlog import parse_server_log
 
     config = parse_server_log(LogText.from_text(text), clock=CLOCK, user_format=fmt).config
     assert (config.batch_ceiling, config.batch_wait_max_ms) == (4, 300.0)
@@ -135,7 +135,7 @@ def test_a_format_that_maps_the_batch_line_as_the_batch_table_only_is_read():
     ]
     lines += ["2025-11-30 12:00:03.500 INFO batcher: batch started size=4 wait=12.5ms queue=7"]
     log = LogText.from_text("\n".join(lines))
-    from analysis.server.serverlog import keep_rule, parse_server_log
+    from llm_locust.analysis.server.serverlog import keep_rule, parse_server_log
 
     # a long log keeps, past its head, the lines a pattern of the format matches: batch lines too
     assert set(fmt.batch_patterns) <= set(keep_rule(fmt).patterns)

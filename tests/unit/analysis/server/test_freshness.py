@@ -1,4 +1,4 @@
-"""A scraped value is data only while it is fresh (analysis/server/freshness.py and its use in
+"""A scraped value is data only while it is fresh (llm_locust/analysis/server/freshness.py and its use in
 the step table): held until the next scrape of its source, at most 3 scrape intervals (run.json),
 never past a failed scrape (server_scrapes.csv); a step without fresh data shows none, not 0."""
 
@@ -11,15 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.report.pipeline import analyze_run, format_table
-from analysis.rundir import RunDirError, load_run
-from analysis.server.series import series_from_breakpoints
-from analysis.server.sources import (
+from llm_locust.analysis.perstep.table import step_server_means, step_windows
+from llm_locust.analysis.pipeline import analyze_run, format_table
+from llm_locust.analysis.rundir.reader import RunDirError, load_run
+from llm_locust.analysis.server.series import series_from_breakpoints
+from llm_locust.analysis.server.sources import (
     ServerSource,
     choose_step_means,
     step_server_seconds,
 )
-from analysis.steps import step_server_means, step_windows
 from tests.analysis_factories import SOURCE, T0, make_request, server_row, write_run_dir
 
 STEPS = [(1, T0, T0 + 10.0), (2, T0 + 10.0, T0 + 20.0), (4, T0 + 20.0, T0 + 30.0)]

@@ -1,4 +1,4 @@
-"""Prometheus mapping tables per family (analysis/server/prometheus/), on exposition text.
+"""Prometheus mapping tables per family (llm_locust/analysis/server/prometheus/), on exposition text.
 
 Names: llama.cpp from the real ``/metrics`` of llama-server b1-0c1e570 (fixture); SGLang from
 ``python/sglang/srt/metrics/collector.py`` (2025); TGI from ``router/src/queue.rs`` /
@@ -11,7 +11,7 @@ import json
 import pandas as pd
 import pytest
 
-from analysis.server.prometheus import detect_family, info_config, metrics_config, metrics_series
+from llm_locust.analysis.server.prometheus import detect_family, info_config, metrics_config, metrics_series
 from llm_locust.master.scraper import samples_to_rows
 from tests.conftest import fixture_path
 

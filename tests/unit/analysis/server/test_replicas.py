@@ -1,4 +1,4 @@
-"""Several scraped sources (analysis/server/replicas.py): replicas get their own step-table columns
+"""Several scraped sources (llm_locust/analysis/server/replicas.py): replicas get their own step-table columns
 beside the summed aggregate and their ceilings add up; one server reached by two URLs is counted
 once, whether the scraper said so (run.json), its process start time says so, or its counters do.
 
@@ -15,9 +15,9 @@ import json
 import pandas as pd
 import pytest
 
-from analysis.report.pipeline import analyze_run
-from analysis.server.replicas import counters_agree
-from analysis.steps import replica_column
+from llm_locust.analysis.perstep.table import replica_column
+from llm_locust.analysis.pipeline import analyze_run
+from llm_locust.analysis.server.replicas import counters_agree
 from tests.analysis_factories import T0, make_request, server_row, write_run_dir
 
 A, B = "http://127.0.0.1:9001/metrics", "http://127.0.0.1:9002/metrics"

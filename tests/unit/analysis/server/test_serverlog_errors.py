@@ -1,9 +1,9 @@
-"""Error lines by kind (analysis/server/serverlog/errors.py), from lines the engines really write."""
+"""Error lines by kind (llm_locust/analysis/server/serverlog/errors.py), from lines the engines really write."""
 
 import pytest
 
-from analysis.server.serverlog import LogText
-from analysis.server.serverlog.errors import count_by_kind, scan_errors
+from llm_locust.analysis.server.serverlog import LogText
+from llm_locust.analysis.server.serverlog.errors import count_by_kind, scan_errors
 
 LINES = [
     # vLLM 0.32 (vllm/v1/engine/async_llm.py "Aborted request %s."; uvicorn access log)

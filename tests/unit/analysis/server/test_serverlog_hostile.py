@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.server.serverlog import (
+from llm_locust.analysis.server.serverlog import (
     LogClock,
     LogText,
     base,
@@ -35,8 +35,8 @@ from analysis.server.serverlog import (
     user,
     vllm,
 )
-from analysis.server.serverlog.base import MAX_LINE_CHARS
-from analysis.server.userformat import load_user_format
+from llm_locust.analysis.server.serverlog.base import MAX_LINE_CHARS
+from llm_locust.analysis.server.userformat import load_user_format
 from tests.conftest import REPO, fixture_path
 from tests.serverlog_helpers import unix, value_at
 
@@ -178,7 +178,7 @@ def test_user_pattern_sees_a_bounded_line(tmp_path):
     """Patterns that backtrack quadratically (``(\\d+) running``, ``(\\d+)x``) on a 10 MB run
     of digits: they see the first 8 Ki characters only, so the parse ends; the real line still
     counts. (A pattern that backtracks exponentially, ``(\\d+)+x``, is not bounded this way:
-    see :mod:`analysis.server.userformat`.)"""
+    see :mod:`llm_locust.analysis.server.userformat`.)"""
     fmt = load_user_format(
         textwrap.dedent("""
         [log]
@@ -272,7 +272,7 @@ def test_llamacpp_fixture_survives_garbage_and_a_huge_line(tmp_path):
 MEMORY_SCRIPT = """
 import resource, sys
 sys.path.insert(0, {repo!r})
-from analysis.server.serverlog import LogClock, keep_rule, parse_server_log, read_log
+from llm_locust.analysis.server.serverlog import LogClock, keep_rule, parse_server_log, read_log
 
 def rss_kb():
     for line in open("/proc/self/status"):
@@ -350,7 +350,7 @@ def test_error_lines_found_while_reading_match_a_search_of_the_whole_text(tmp_pa
 def test_arrival_stamps_follow_the_kept_lines_of_a_long_log(tmp_path):
     """A run directory's log past the head: the kept lines get the stamps of their own rows of
     server_log_stamps.csv (line ranges of the whole file), the capture end is the last stamp."""
-    from analysis.server.files import read_server_files
+    from llm_locust.analysis.server.files import read_server_files
 
     filler = 'INFO:     10.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
     n_filler = 5_000_000 // len(filler)  # past the 4 MB head
@@ -379,8 +379,8 @@ def test_arrival_stamps_follow_the_kept_lines_of_a_long_log(tmp_path):
 def test_lines_holding_matches_a_search_line_by_line():
     # the block search (RE2 over all the lines at once) against Python's `in` on each line, with
     # the built-in keywords (regex-special ones among them: '" 429 ') and bytes that are not UTF-8
-    from analysis.server.serverlog.errors import KEYWORDS
-    from analysis.server.serverlog.reader import _binary_lines, _lines_holding
+    from llm_locust.analysis.server.serverlog.errors import KEYWORDS
+    from llm_locust.analysis.server.serverlog.reader import _binary_lines, _lines_holding
 
     words = tuple(dict.fromkeys(w for ws in KEYWORDS.values() for w in ws)) + ("a.b", "(x|y)", "[z]", "c*d$^")
     rng = random.Random(7)

@@ -1,4 +1,4 @@
-"""llama.cpp log parser (analysis/server/serverlog/llamacpp.py), on the real llama-server log.
+"""llama.cpp log parser (llm_locust/analysis/server/serverlog/llamacpp.py), on the real llama-server log.
 
 Formats: ``tools/server/server-common.h`` ``SLT_INF`` / ``SRV_INF`` prefixes,
 ``tools/server/server-context.cpp`` (``processing task``, ``stop processing``, ``print_timings``,
@@ -10,8 +10,8 @@ as vendored in llama-cpp-python 0.3.36 (build b1-0c1e570), which wrote
 import numpy as np
 import pytest
 
-from analysis.server.serverlog import LogClock, LogText, parse_server_log
-from analysis.server.serverlog.llamacpp import relative_s
+from llm_locust.analysis.server.serverlog import LogClock, LogText, parse_server_log
+from llm_locust.analysis.server.serverlog.llamacpp import relative_s
 from tests.conftest import fixture_path
 from tests.serverlog_helpers import mean, parse, unix, value_at
 

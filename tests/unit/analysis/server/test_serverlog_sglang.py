@@ -1,4 +1,4 @@
-"""SGLang log parser (analysis/server/serverlog/sglang.py).
+"""SGLang log parser (llm_locust/analysis/server/serverlog/sglang.py).
 
 Lines are built from SGLang's own format strings:
 

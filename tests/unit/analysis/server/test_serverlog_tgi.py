@@ -1,4 +1,4 @@
-"""TGI log parser (analysis/server/serverlog/tgi.py).
+"""TGI log parser (llm_locust/analysis/server/serverlog/tgi.py).
 
 Lines are built from Text Generation Inference's format strings: ``router/src/server.rs``
 (TGI 2.x-3.x, ``generate_stream_internal``: the span records ``total_time``,
@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from analysis.server.serverlog.tgi import duration_s
+from llm_locust.analysis.server.serverlog.tgi import duration_s
 from tests.serverlog_helpers import mean, parse, unix, value_at
 
 T0 = unix(2025, 11, 30, 12, 0, 0)

@@ -1,12 +1,12 @@
-"""User format files (analysis/server/userformat.py) and the user-regex log parser
-(analysis/server/serverlog/user.py): a server that logs ``batch size=…, wait=…ms, queue=…``."""
+"""User format files (llm_locust/analysis/server/userformat.py) and the user-regex log parser
+(llm_locust/analysis/server/serverlog/user.py): a server that logs ``batch size=…, wait=…ms, queue=…``."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.server.prometheus import metrics_config, metrics_series
-from analysis.server.userformat import UserFormatError, load_user_format
+from llm_locust.analysis.server.prometheus import metrics_config, metrics_series
+from llm_locust.analysis.server.userformat import UserFormatError, load_user_format
 from llm_locust.simserver.flavors.generic import FORMAT_TOML
 from tests.serverlog_helpers import parse, unix, value_at
 

@@ -1,4 +1,4 @@
-"""vLLM log parser (analysis/server/serverlog/vllm.py).
+"""vLLM log parser (llm_locust/analysis/server/serverlog/vllm.py).
 
 Lines are built from vLLM's own format strings:
 
@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis.server.serverlog import LogClock, LogText, parse_server_log
+from llm_locust.analysis.server.serverlog import LogClock, LogText, parse_server_log
 from tests.conftest import fixture_path
 from tests.serverlog_helpers import mean, parse, unix, value_at
 

@@ -8,9 +8,9 @@ import json
 import pandas as pd
 import pytest
 
-from analysis.report.pipeline import analyze_run
-from analysis.verdict.recommend import recommend
-from analysis.verdict.types import BottleneckKind, Evidence
+from llm_locust.analysis.pipeline import analyze_run
+from llm_locust.analysis.verdict.recommend import recommend
+from llm_locust.analysis.verdict.types import BottleneckKind, Evidence
 from tests.analysis_factories import T0, client_load_row, synthetic_ladder, write_client_load
 
 PLANNED = [1, 2, 4, 8, 16, 32]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.verdict.failures import client_failures, failures, step_failure_kind
-from analysis.verdict.types import RULES, BottleneckKind
+from llm_locust.analysis.verdict.failures import client_failures, failures, step_failure_kind
+from llm_locust.analysis.verdict.types import RULES, BottleneckKind
 
 
 def row(error_kinds: str, server_error_kinds: str, cut_streams: int) -> pd.Series:

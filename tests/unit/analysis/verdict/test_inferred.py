@@ -1,11 +1,11 @@
-"""What the metrics do not show (analysis/verdict/inferred.py), on step tables built by hand."""
+"""What the metrics do not show (llm_locust/analysis/verdict/inferred.py), on step tables built by hand."""
 
 import math
 
 import pytest
 
-from analysis.server.config import ServerConfig
-from analysis.verdict import BottleneckKind
+from llm_locust.analysis.server.config import ServerConfig
+from llm_locust.analysis.verdict import BottleneckKind
 from tests.unit.analysis.verdict.test_verdict_rules import ev, judge, table
 
 K = BottleneckKind

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.report.pipeline import analyze
-from analysis.rundir import load_run
+from llm_locust.analysis.pipeline import analyze
+from llm_locust.analysis.rundir.reader import load_run
 from tests.analysis_factories import T0, make_request, server_row, write_run_dir
 
 LADDER, SLOTS, QUEUE, DWELL_S = (1, 2, 4, 8, 16), 4, 2, 10.0

@@ -1,4 +1,4 @@
-"""Rule ``replica_imbalance`` (analysis/verdict/replicaimbalance.py) on hand-built step tables.
+"""Rule ``replica_imbalance`` (llm_locust/analysis/verdict/replicaimbalance.py) on hand-built step tables.
 
 Two llama.cpp replicas behind round robin, 1 and 3 slots: each gets half of the users, so
 replica ``one`` runs ``min(c/2, 1)`` and queues ``max(c/2 - 1, 0)``, ``three`` runs ``min(c/2, 3)``.
@@ -9,10 +9,10 @@ follows the slower replica: round robin sends it half the requests, so the total
 
 from __future__ import annotations
 
-from analysis.server.config import ServerConfig
-from analysis.steps import replica_column
-from analysis.verdict import BottleneckKind, ClientSide, ServerSide, diagnose
-from analysis.verdict.jsonout import verdict_json
+from llm_locust.analysis.perstep.table import replica_column
+from llm_locust.analysis.server.config import ServerConfig
+from llm_locust.analysis.verdict import BottleneckKind, ClientSide, ServerSide, diagnose
+from llm_locust.analysis.verdict.jsonout import verdict_json
 from tests.unit.analysis.verdict.test_verdict_rules import ev, table
 from tests.verdict_contract import contract_problems
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.server.config import ServerConfig
-from analysis.verdict.recommend import recommend
-from analysis.verdict.staticbatch import static_batch
-from analysis.verdict.types import BottleneckKind, Evidence, Rules
+from llm_locust.analysis.server.config import ServerConfig
+from llm_locust.analysis.verdict.recommend import recommend
+from llm_locust.analysis.verdict.staticbatch import static_batch
+from llm_locust.analysis.verdict.types import BottleneckKind, Evidence, Rules
 
 
 def table(batch_p50, waiting, queue_mean) -> pd.DataFrame:

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.server.config import ServerConfig
-from analysis.verdict import ClientSide, ServerSide, diagnose
-from analysis.verdict.jsonout import verdict_json
+from llm_locust.analysis.server.config import ServerConfig
+from llm_locust.analysis.verdict import ClientSide, ServerSide, diagnose
+from llm_locust.analysis.verdict.jsonout import verdict_json
 from tests.verdict_contract import contract_problems
 
 T0 = 1_700_000_000.0

@@ -5,10 +5,10 @@ import json
 import jsonschema
 import pytest
 
-from analysis.report.pipeline import analyze_run
-from analysis.rundir import CLIENT_LOAD_COLUMNS, RunDirError, load_run
-from analysis.verdict.jsonout import SCHEMA_PATH
-from analysis.verdict.types import BottleneckKind
+from llm_locust.analysis.pipeline import analyze_run
+from llm_locust.analysis.rundir.reader import CLIENT_LOAD_COLUMNS, RunDirError, load_run
+from llm_locust.analysis.verdict.jsonout import SCHEMA_PATH
+from llm_locust.analysis.verdict.types import BottleneckKind
 from tests.analysis_factories import (
     T0,
     client_load_row,

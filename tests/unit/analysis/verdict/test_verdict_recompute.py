@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from analysis.report.pipeline import analyze_run
+from llm_locust.analysis.pipeline import analyze_run
 from tests.analysis_factories import T0, scenario_ladder, step_spec
 
 DWELL_S = 10.0

@@ -1,7 +1,7 @@
 """The verdict as printed (console block after the step table) and in ``summary.md``."""
 
-from analysis.cli import print_result
-from analysis.report.pipeline import analyze_run
+from llm_locust.analysis.analyzecmd import print_result
+from llm_locust.analysis.pipeline import analyze_run
 from tests.analysis_factories import scenario_ladder, step_spec, synthetic_ladder
 
 

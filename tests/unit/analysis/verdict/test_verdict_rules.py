@@ -6,9 +6,9 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.server.config import ServerConfig
-from analysis.verdict import RULES, BottleneckKind, ClientSide, ServerSide, diagnose
-from analysis.verdict.types import SERVER_KINDS
+from llm_locust.analysis.server.config import ServerConfig
+from llm_locust.analysis.verdict import RULES, BottleneckKind, ClientSide, ServerSide, diagnose
+from llm_locust.analysis.verdict.types import SERVER_KINDS
 
 K = BottleneckKind
 NAN = math.nan
@@ -523,7 +523,7 @@ def test_inputs_are_not_mutated():
 
 
 def batches(**columns):
-    """Per-step statistics of logged batches, as analysis.server.batches.batch_stats gives them."""
+    """Per-step statistics of logged batches, as llm_locust.analysis.server.batches.batch_stats gives them."""
     n = len(next(iter(columns.values())))
     frame = pd.DataFrame({"step": list(range(n)), "target_users": [1.0, 2.0, 4.0, 8.0][:n]})
     for name in (

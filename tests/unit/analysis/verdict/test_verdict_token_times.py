@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from analysis.report.pipeline import analyze_run
-from analysis.rundir import LAZY_REQUEST_COLUMNS, load_run
-from analysis.steps import step_table, step_windows
+from llm_locust.analysis.perstep.table import step_table, step_windows
+from llm_locust.analysis.pipeline import analyze_run
+from llm_locust.analysis.rundir.reader import LAZY_REQUEST_COLUMNS, load_run
 from tests.analysis_factories import T0, make_request, server_row, write_run_dir
 
 DWELL_S = 10.0
@@ -108,7 +108,7 @@ def test_step_table_counts_tokens_at_their_arrival(tmp_path, lazy):
     run = load_run(run_dir, unread=LAZY_REQUEST_COLUMNS if lazy else ())
     windows = step_windows(run.steps, run.warmup_s)
     if lazy:  # the pipeline's path: the per-event times read from the file in blocks
-        from analysis.steps import window_tokens_from_file
+        from llm_locust.analysis.perstep.table import window_tokens_from_file
 
         table = step_table(run.requests, windows, None, window_tokens_from_file(run_dir / "requests.csv", windows))
     else:

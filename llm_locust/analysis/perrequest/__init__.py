@@ -1,0 +1,1 @@
+"""Per-request figures from ``requests.csv``: derived metrics, ITL, chunks, faults, sessions."""
