@@ -117,9 +117,9 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--master-port", type=int, default=5557, help="The master's port for --remote-workers (default 5557)"
     )
     parser.add_argument(
-        "--shape", choices=sorted(SHAPE_LOCUSTFILES), default="ladder",
-        help="ladder (--ladder, --dwell-s, --warmup-s), rate (--rate/--rates, --arrival, --max-users), "
-             "baseline (--baseline-requests) or none (-u, -r, -t)",
+        "--shape", choices=sorted(SHAPE_LOCUSTFILES), default=None,
+        help="ladder (--ladder, --dwell-s, --warmup-s; the default), rate (--rate/--rates, --arrival, --max-users; "
+             "the default with --trace), baseline (--baseline-requests) or none (-u, -r, -t)",
     )  # fmt: skip
     parser.add_argument("-f", "--locustfile", default=None, help="Your own locustfile instead of the shape's")
     parser.add_argument(
@@ -173,17 +173,22 @@ def check_run(args: argparse.Namespace, locust_args: list[str]):
         print(f"llm-locust run: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
+    options = parse_locust_args(locust_args, strict=args.locustfile is None)
+    trace = getattr(options, "trace", "")
+    if getattr(args, "shape", None) is None:
+        args.shape = "rate" if trace else "ladder"
     locustfile = Path(args.locustfile) if args.locustfile else LOCUSTFILES / SHAPE_LOCUSTFILES[args.shape]
     if not locustfile.is_file():
         fail(f"locustfile {locustfile} not found")
     if args.workers + args.remote_workers < 1:
         fail("--workers 0 needs --remote-workers N (at least one worker)")
-    options = parse_locust_args(locust_args, strict=args.locustfile is None)
     if not options.host:
         fail("--host is required (e.g. --host http://127.0.0.1:8000)")
+    if trace and args.shape != "rate" and args.locustfile is None:
+        fail(f"--trace is replayed open-loop by --shape rate (this run's shape: {args.shape})")
     try:
         validate_options(options)
-        if args.shape == "rate" and args.locustfile is None:
+        if args.shape == "rate" and args.locustfile is None and not trace:
             rate_ladder(options)  # a rate run without a rate is refused here, not in the master
     except ValueError as exc:
         fail(str(exc))
@@ -221,7 +226,7 @@ def check_thresholds(args: argparse.Namespace, options, fail) -> tuple:
 
 
 def check_input_sizing(options) -> str:
-    """Size ``--input-tokens`` prompts once before any load (tokenizer or server probes): exit 2
+    """Size ``--input-tokens`` (and ``--trace``) prompts once before any load (tokenizer or server probes): exit 2
     with one line when they cannot be built exactly. Returns the calibration as
     ``--input-calibration`` text, which the workers then use instead of probing again.
 
@@ -240,7 +245,8 @@ def check_input_sizing(options) -> str:
         build_request_source(options, host=options.host, model=model, prompts=())  # the length check
         return options.input_calibration
     except Exception as exc:  # any failure to size the prompts stops the run before it starts
-        print(f"llm-locust run: error: --input-tokens: {exc}", file=sys.stderr)
+        flag = "--trace" if getattr(options, "trace", "") else "--input-tokens"
+        print(f"llm-locust run: error: {flag}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
@@ -269,7 +275,8 @@ def _run_checked(args: argparse.Namespace, locust_args: list[str], booted) -> in
                 api_key=options.api_key or "",
                 model_required=not getattr(options, "payload_file", "") and options.protocol != "generic",
             )
-            if getattr(options, "input_tokens", 0) and not getattr(options, "input_calibration", ""):
+            sized = getattr(options, "input_tokens", 0) or getattr(options, "trace", "")
+            if sized and not getattr(options, "input_calibration", ""):
                 locust_args = [*locust_args, "--input-calibration", check_input_sizing(options)]
             if args.locustfile is None and not args.no_first_request:
                 from llm_locust.run.firstrequest import check_first_request

@@ -15,6 +15,7 @@ import shutil
 from llm_locust.client.protocols import ADAPTERS
 from llm_locust.client.workload.options import add_workload_options, validate_workload_options
 from llm_locust.client.workload.source import MAX_INT
+from llm_locust.client.workload.trace import TraceFormat
 
 
 def parse_bool(text: str) -> bool:
@@ -191,6 +192,8 @@ def validate_options(options) -> None:
         get("server_log") or get("server_log_cmd")))):  # fmt: skip
         raise ValueError(problem)
     validate_workload_options(options)
+    if get("trace"):
+        validate_trace_options(options)
     if get("slo"):
         from llm_locust.analysis.perstep.goodput import parse_slo
 
@@ -212,6 +215,37 @@ def validate_options(options) -> None:
     warmup_s, dwell_s = get("warmup_s"), get("dwell_s")
     if warmup_s is not None and dwell_s is not None and not warmup_s < dwell_s:
         raise ValueError(f"--warmup-s ({warmup_s}) must be shorter than --dwell-s ({dwell_s})")
+
+
+TRACE_CONFLICTS = (
+    ("rate", "--rate"), ("rates", "--rates"), ("input_tokens", "--input-tokens"), ("dataset", "--dataset"),
+    ("prompts_file", "--prompts-file"), ("payload_file", "--payload-file"), ("session_turns", "--session-turns"),
+)  # fmt: skip
+"""Options a ``--trace`` replaces (it holds the times, the lengths and the sessions)."""
+
+
+def validate_trace_options(options) -> None:
+    """Check ``--trace`` with the options it replaces, and read the whole trace (so a bad line is
+    refused before any load).
+
+    Raises
+    ------
+    ValueError
+        ``--trace`` with one of :data:`TRACE_CONFLICTS`, or
+        :class:`~llm_locust.client.workload.trace.TraceError` / an unreadable file, as
+        ``--trace: FILE line N: what is wrong``.
+    """
+    from llm_locust.client.workload.trace import read_trace
+
+    for name, flag in TRACE_CONFLICTS:
+        if getattr(options, name, None):
+            raise ValueError(f"--trace holds each request's time and lengths: leave out {flag}")
+    try:
+        read_trace(options.trace, getattr(options, "trace_format", "jsonl"))
+    except OSError as exc:
+        raise ValueError(f"--trace {options.trace}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"--trace: {exc}") from None
 
 
 def check_protocol(protocol: str, format_file: str, no_stream: bool) -> None:
@@ -424,6 +458,21 @@ def add_rate_options(group) -> None:
     group.add_argument(
         "--rate-seed", type=int, default=-1, metavar="N",
         help="Seed of the poisson schedule (worker i draws with N + i); -1: a new one per run (in run.json)",
+    )  # fmt: skip
+    group.add_argument(
+        "--trace", default="", metavar="FILE",
+        help="Replay a request trace open-loop (--shape rate): each request at its own time, with its input and "
+             "output lengths (exact, as --input-tokens builds them) and shared prefixes; see --trace-format",
+    )  # fmt: skip
+    group.add_argument(
+        "--trace-format", default="jsonl", choices=[f.value for f in TraceFormat],
+        help="--trace's format: jsonl ({timestamp_s|interarrival_s, input_tokens, output_tokens, session_id?, "
+             "prefix_id?, prefix_tokens?}), mooncake (Mooncake's JSONL: timestamp ms, input_length, output_length, "
+             "hash_ids) or azure (Azure LLM inference CSV: TIMESTAMP,ContextTokens,GeneratedTokens)",
+    )  # fmt: skip
+    group.add_argument(
+        "--trace-speed", type=positive_float, default=1.0, metavar="X",
+        help="Replay the trace X times as fast (2: every gap halved); 1 = at its own times",
     )  # fmt: skip
 
 

@@ -763,6 +763,9 @@ def shape_text(shape: dict, warmup_s: float) -> str:
 
     >>> shape_text({"kind": "ladder", "ladder": [1, 2, 4], "dwell_s": 30.0}, 10.0)
     'shape `ladder` 1, 2, 4 users, each step held 30 s (the first 10 s warm-up)'
+    >>> shape_text({"kind": "rate", "trace": "t.jsonl", "trace_speed": 2.0, "trace_rows": 40, "dwell_s": 6.5,
+    ...             "max_users": 16, "workers": 2}, 0.0)
+    'shape `rate`: trace t.jsonl replayed at 2x, 40 requests in one step of 6.5 s (16 users over 2 workers)'
     >>> shape_text({"kind": "none"}, 0.0)
     'shape `none` (users set by Locust itself, no steps)'
     """
@@ -772,6 +775,12 @@ def shape_text(shape: dict, warmup_s: float) -> str:
         return f"shape `ladder` {users} users, each step held {shape.get('dwell_s', 0):g} s (the first {warmup_s:g} s warm-up)"
     if kind == "baseline":
         return f"shape `baseline` (one stream at a time, {shape.get('requests', '?')} requests)"
+    if kind == "rate" and shape.get("trace"):
+        return (
+            f"shape `rate`: trace {shape.get('trace')} replayed at {shape.get('trace_speed', 1.0):g}x, "
+            f"{shape.get('trace_rows', '?')} requests in one step of {shape.get('dwell_s', 0):.1f} s "
+            f"({shape.get('max_users', '?')} users over {shape.get('workers', '?')} workers)"
+        )
     if kind == "rate":
         rates = ", ".join(f"{r:g}" for r in shape.get("rates") or [s.get("rate_rps") for s in shape.get("steps") or []])
         arrival = shape.get("arrival", "?")

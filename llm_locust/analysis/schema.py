@@ -177,6 +177,7 @@ REQUEST_SCHEMA: tuple[Column, ...] = (
     Column("server_decode_tokens", _F, "tokens", "tokens the server generated (timings.predicted_n)", False),
     Column("session_id", _S, "", "the multi-turn session the request is a turn of, empty for none", False),
     Column("turn", _F, "", "turn in its session from 1 (the prompt holds the turns before it), 0 for none", False, 0.0),
+    Column("trace_row", _F, "", "index (from 0) of the --trace row the request replays, -1 for none", False, -1.0),
 )
 """Every ``requests.csv`` column, in file order (a :class:`RequestRecord
 <llm_locust.client.record.RequestRecord>` field each, same order)."""

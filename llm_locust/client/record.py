@@ -121,6 +121,9 @@ class RequestRecord:
         The multi-turn session the request is a turn of (``--session-turns``), "" for none.
     turn : int
         Its turn in the session, from 1 (its prompt holds the turns before it); 0 for none.
+    trace_row : int
+        Index (from 0) of the ``--trace`` row the request replays, -1 for none; with a trace,
+        ``session_id`` is the row's session id.
     """
 
     request_id: str
@@ -158,6 +161,7 @@ class RequestRecord:
     server_decode_tokens: float = math.nan
     session_id: str = ""
     turn: int = 0
+    trace_row: int = -1
 
     @property
     def ok(self) -> bool:

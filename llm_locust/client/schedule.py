@@ -26,6 +26,12 @@ workers as ``n // workers`` each plus one for the first ``n % workers``:
     scaled so that the step holds its ``n_i`` sends; with several workers the union of their
     gamma processes is closer to Poisson than one worker's.
 
+A trace replay (``--trace``, :mod:`llm_locust.client.workload.trace`) is one step whose sends are
+the trace's rows: row ``r`` at ``t0_s + offset_s / trace_speed``, worker ``i`` taking the rows
+``r = i, i + workers, ...`` (:func:`trace_send_times`); the step lasts the trace's span over the
+speed plus :data:`TRACE_TAIL_S`, and its rate is rows / step length, so the step's planned sends
+(``round(rate * dwell_s)``) are exactly the trace's rows.
+
 Written here (not taken from a library) because it is the measurement itself: the times, the
 split and the seed are what the achieved-rate and lag figures are judged against.
 """
@@ -35,8 +41,15 @@ from __future__ import annotations
 import enum
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llm_locust.client.workload.trace import TraceRow
+
+TRACE_TAIL_S = 1.0
+"""Seconds a trace replay's step lasts past its last send (so that send falls inside the step)."""
 
 
 class Arrival(str, enum.Enum):
@@ -68,6 +81,11 @@ class RatePlan:
         This worker's index, ``0 <= worker_index < workers``.
     workers : int
         Workers the rate is split over.
+    trace_rows : int, default 0
+        A trace replay's requests (all workers), 0 for a rate ladder: the worker reads its own copy
+        of ``--trace`` and refuses a plan whose count differs.
+    trace_speed : float, default 1
+        The replay's speed (``--trace-speed``): trace time / replay time.
     """
 
     t0_s: float
@@ -78,6 +96,8 @@ class RatePlan:
     seed: int
     worker_index: int
     workers: int
+    trace_rows: int = 0
+    trace_speed: float = 1.0
 
     def __post_init__(self) -> None:
         if not (self.workers >= 1 and 0 <= self.worker_index < self.workers):
@@ -86,6 +106,8 @@ class RatePlan:
             raise ValueError(f"rates must be > 0 and dwell_s > 0, got {self.rates_rps}, {self.dwell_s}")
         if not self.burstiness > 0:
             raise ValueError(f"burstiness must be > 0, got {self.burstiness}")
+        if self.trace_rows < 0 or not self.trace_speed > 0:
+            raise ValueError(f"trace_rows must be >= 0 and trace_speed > 0, got {self.trace_rows}, {self.trace_speed}")
         Arrival(self.arrival)
 
     def to_message(self) -> dict:
@@ -109,6 +131,7 @@ class RatePlan:
                 dwell_s=float(data["dwell_s"]), arrival=str(data["arrival"]),
                 burstiness=float(data["burstiness"]), seed=int(data["seed"]),
                 worker_index=int(data["worker_index"]), workers=int(data["workers"]),
+                trace_rows=int(data.get("trace_rows", 0)), trace_speed=float(data.get("trace_speed", 1.0)),
             )  # fmt: skip
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed rate plan {data!r:.200}: {exc!r}") from None
@@ -192,3 +215,36 @@ def send_times(plan: RatePlan) -> Iterator[tuple[float, int]]:
 def total_sends(plan: RatePlan) -> int:
     """How many sends :func:`send_times` yields for this worker."""
     return sum(worker_share(step_sends(rate, plan.dwell_s), plan.worker_index, plan.workers) for rate in plan.rates_rps)
+
+
+def trace_plan_step(span_s: float, rows: int, speed: float) -> tuple[float, float]:
+    """A trace replay's one step: ``(dwell_s, rate_rps)``.
+
+    ``dwell_s = span_s / speed + TRACE_TAIL_S`` and ``rate_rps = rows / dwell_s``, so
+    :func:`step_sends` of the step is ``rows``.
+
+    >>> trace_plan_step(10.0, 30, 2.0)
+    (6.0, 5.0)
+    """
+    dwell_s = span_s / speed + TRACE_TAIL_S
+    return dwell_s, rows / dwell_s
+
+
+def trace_send_times(plan: RatePlan, rows: Sequence[TraceRow]) -> Iterator[tuple[float, TraceRow]]:
+    """This worker's share of a trace replay, in trace order.
+
+    Parameters
+    ----------
+    plan : RatePlan
+        With ``trace_rows == len(rows)``.
+    rows : sequence of TraceRow
+        The whole trace (:func:`~llm_locust.client.workload.trace.read_trace`).
+
+    Yields
+    ------
+    (float, TraceRow)
+        ``(scheduled_s, row)``: ``plan.t0_s + row.offset_s / plan.trace_speed`` (master clock,
+        Unix s) for rows ``plan.worker_index, plan.worker_index + plan.workers, ...``.
+    """
+    for row in rows[plan.worker_index :: plan.workers]:
+        yield plan.t0_s + row.offset_s / plan.trace_speed, row

@@ -51,7 +51,7 @@ from llm_locust.client.config import ClientConfig, client_config
 from llm_locust.client.protocols import Adapter
 from llm_locust.client.record import ErrorKind, RequestRecord
 from llm_locust.client.stream import run_exchange
-from llm_locust.client.workload import CyclingPrompts
+from llm_locust.client.workload import CyclingPrompts, WorkItem
 from llm_locust.client.workload.session import SessionPlayer
 
 
@@ -98,6 +98,10 @@ class LLMUser(User):
     scheduled_s: float = math.nan
     """Scheduled send time of the next request (master clock, Unix s), recorded as ``scheduled_s``;
     NaN in a closed loop (set by :class:`~llm_locust.client.rateuser.RateUser`)."""
+    trace_row: int = -1
+    """Index of the trace row the next request replays (``--trace``), -1 for none."""
+    trace_session_id: str = ""
+    """That row's session id ("" for none), recorded as ``session_id``."""
 
     def on_start(self) -> None:
         if not self.host:
@@ -142,7 +146,7 @@ class LLMUser(User):
             )
         sessions = self.sessions
         if sessions is None:
-            item = source.next_request()
+            item = self.next_item(source)
             record = self.send(item.prompt, max_tokens=item.max_tokens, prompt_tokens_target=item.prompt_tokens_target)
         else:
             item, self._turn = sessions.next_turn()
@@ -155,6 +159,10 @@ class LLMUser(User):
     def ready_to_send(self) -> bool:
         """Whether this iteration sends a request (always, in a closed loop)."""
         return True
+
+    def next_item(self, source) -> WorkItem:
+        """This iteration's request from ``source`` (its next, in a closed loop)."""
+        return source.next_request()
 
     def stopping(self) -> bool:
         """Whether this process's runner is stopping its users (Locust's ``cleanup`` state)."""
@@ -201,6 +209,9 @@ class LLMUser(User):
             pool.release_slot()
         record.conn_wait_ms = conn_wait_s * 1000.0
         record.prompt_tokens_target = prompt_tokens_target
+        record.trace_row = self.trace_row
+        if self.trace_session_id:
+            record.session_id = self.trace_session_id
         if self.sessions is not None:
             record.session_id, record.turn = self.sessions.session_id, self._turn
             self._answer = "".join(exchange.texts)

@@ -6,6 +6,9 @@ pool of --max-users users; each record keeps its scheduled send time.
     locust -f llm_locust/locustfiles/rate.py --headless --host http://127.0.0.1:8000 --model sim-llama \
         --rates 2,4,8 --dwell-s 30 --warmup-s 5 --arrival poisson --max-users 64 --run-dir runs/rate
     llm-locust analyze runs/rate
+
+With --trace FILE (--trace-format jsonl|mooncake|azure, --trace-speed X) the schedule is the
+trace's own: each request at its time, with its input and output lengths (docs/workloads.md).
 """
 
 import llm_locust.plugin  # noqa: F401  (options, record shipping, run directory)

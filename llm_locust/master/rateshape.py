@@ -16,6 +16,12 @@ the steps are recorded with their exact planned times (``start_s = t0_s + k * dw
 offered rate (``rate_rps``) in ``run.json``. After the last step no new send leaves and the
 requests in flight get ``--drain-s`` to finish, as with the concurrency ladder.
 
+A trace replay (``--trace FILE``) is one such step: the master reads the trace (checked, before
+any load), the step lasts the trace's span over ``--trace-speed`` plus 1 s and offers rows / that
+length (:func:`~llm_locust.client.schedule.trace_plan_step`), with no warm-up left out (the trace
+is the workload); each plan carries the row count and the speed, and each worker sends its share
+of the rows at their times (:func:`~llm_locust.client.schedule.trace_send_times`).
+
 A worker that joins after the plans went out gets no plan (its users stay idle): start the run with
 ``--expect-workers``. A worker lost mid-run takes its share of the rate with it (the analysis
 then shows the achieved rate below the requested one).
@@ -25,10 +31,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from llm_locust.client.rateuser import PLAN_MESSAGE
-from llm_locust.client.schedule import RatePlan
+from llm_locust.client.schedule import Arrival, RatePlan, trace_plan_step
+from llm_locust.client.workload.trace import read_trace
 from llm_locust.master.shapes import SPAWN_RATE_USERS_PER_S, _RecordingShape
 from llm_locust.options import rate_ladder, validate_options
 from llm_locust.wallclock import local_wall_s
@@ -58,6 +66,12 @@ class RateSettings:
         Users over all workers (the pool).
     seed : int
         Schedule seed (``--rate-seed``, or drawn when -1).
+    trace_rows : int, default 0
+        A trace replay's requests (``--trace``), 0 for a rate ladder.
+    trace_speed : float, default 1
+        ``--trace-speed``.
+    trace_file : str, default ""
+        The trace's file name (recorded in ``run.json``).
     """
 
     rates_rps: tuple[float, ...]
@@ -68,6 +82,9 @@ class RateSettings:
     burstiness: float
     max_users: int
     seed: int
+    trace_rows: int = 0
+    trace_speed: float = 1.0
+    trace_file: str = ""
 
     @classmethod
     def from_options(cls, options) -> RateSettings:
@@ -82,11 +99,25 @@ class RateSettings:
         """
         validate_options(options)
         seed = int(options.rate_seed)
+        if getattr(options, "trace", ""):
+            return cls._trace(options, seed)
         return cls(
             rates_rps=tuple(rate_ladder(options)), dwell_s=float(options.dwell_s),
             warmup_s=float(options.warmup_s), drain_s=float(options.drain_s), arrival=str(options.arrival),
             burstiness=float(options.burstiness), max_users=int(options.max_users),
             seed=seed if seed >= 0 else random.SystemRandom().randrange(2**31),
+        )  # fmt: skip
+
+    @classmethod
+    def _trace(cls, options, seed: int) -> RateSettings:
+        """The one step of a trace replay (module docstring)."""
+        trace = read_trace(options.trace, options.trace_format)
+        speed = float(options.trace_speed)
+        dwell_s, rate_rps = trace_plan_step(trace.span_s, len(trace.rows), speed)
+        return cls(
+            rates_rps=(rate_rps,), dwell_s=dwell_s, warmup_s=0.0, drain_s=float(options.drain_s),
+            arrival="trace", burstiness=1.0, max_users=int(options.max_users), seed=max(seed, 0),
+            trace_rows=len(trace.rows), trace_speed=speed, trace_file=Path(options.trace).name,
         )  # fmt: skip
 
 
@@ -125,8 +156,10 @@ class RateShape(_RecordingShape):
         self._workers = len(ids)
         for index, client_id in enumerate(ids):
             plan = RatePlan(
-                t0_s=t0_s, rates_rps=settings.rates_rps, dwell_s=settings.dwell_s, arrival=settings.arrival,
+                t0_s=t0_s, rates_rps=settings.rates_rps, dwell_s=settings.dwell_s,
+                arrival=Arrival.CONSTANT.value if settings.trace_rows else settings.arrival,
                 burstiness=settings.burstiness, seed=settings.seed, worker_index=index, workers=len(ids),
+                trace_rows=settings.trace_rows, trace_speed=settings.trace_speed,
             )  # fmt: skip
             runner.send_message(PLAN_MESSAGE, plan.to_message(), client_id)
 
@@ -165,4 +198,8 @@ class RateShape(_RecordingShape):
             arrival=settings.arrival, burstiness=settings.burstiness, seed=settings.seed,
             max_users=settings.max_users, workers=self._workers, t0_s=self._t0_s,
         )  # fmt: skip
+        if settings.trace_rows:
+            description.update(
+                trace=settings.trace_file, trace_rows=settings.trace_rows, trace_speed=settings.trace_speed
+            )
         return description

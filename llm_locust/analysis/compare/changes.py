@@ -34,6 +34,8 @@ FINGERPRINT_KEYS: tuple[str, ...] = (
     "shared_prefix_tokens",
     "dataset_sha256",
     "seed",
+    "trace_sha256",
+    "trace_speed",
 )
 """``run.json`` ``workload`` keys that make two rounds comparable: the prompt set (hash and
 count, so the input lengths), the output length (``max_tokens``, ``ignore_eos``), sampling

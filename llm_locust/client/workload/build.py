@@ -85,6 +85,10 @@ def build_request_source(
         :class:`~llm_locust.client.workload.synthetic.CalibrationError`).
     """
     seed = getattr(options, "seed", 0) or 0
+    if getattr(options, "trace", ""):
+        from llm_locust.client.workload.traceprompts import TracePrompts
+
+        return TracePrompts(input_calibration(options, host=host, model=model), seed=seed, stream=stream)
     if getattr(options, "input_tokens", 0):
         calibration = input_calibration(options, host=host, model=model)
         return SyntheticPrompts(
@@ -109,19 +113,25 @@ def workload_meta(options) -> dict:
 
     ``input_tokens``, ``input_tokens_stddev``, ``shared_prefix_tokens`` (None without
     ``--input-tokens``), ``dataset_sha256`` (hex SHA-256 of the file, None without one),
-    ``dataset`` (its file name), ``seed``, ``session_turns`` and ``think_time_s`` (None without
+    ``dataset`` (its file name), ``seed``, ``trace``, ``trace_sha256``, ``trace_format`` and
+    ``trace_speed`` (None without ``--trace``), ``session_turns`` and ``think_time_s`` (None without
     ``--session-turns``) and ``input_calibration`` (what sized the prompts:
     ``base_tokens``, ``words``, ``method``; set by ``llm-locust run``).
     """
     input_tokens = getattr(options, "input_tokens", 0) or 0
     dataset = getattr(options, "dataset", "") or ""
+    trace = getattr(options, "trace", "") or ""
     return {
         "input_tokens": input_tokens or None,
         "input_tokens_stddev": options.input_tokens_stddev if input_tokens else None,
         "shared_prefix_tokens": options.shared_prefix_tokens if input_tokens else None,
         "dataset_sha256": hashlib.sha256(Path(dataset).read_bytes()).hexdigest() if dataset else None,
         "dataset": Path(dataset).name if dataset else None,
-        "seed": getattr(options, "seed", 0) if (input_tokens or dataset) else None,
+        "seed": getattr(options, "seed", 0) if (input_tokens or dataset or trace) else None,
+        "trace": Path(trace).name if trace else None,
+        "trace_sha256": hashlib.sha256(Path(trace).read_bytes()).hexdigest() if trace else None,
+        "trace_format": getattr(options, "trace_format", "jsonl") if trace else None,
+        "trace_speed": getattr(options, "trace_speed", 1.0) if trace else None,
         "session_turns": getattr(options, "session_turns", 0) or None,
         "think_time_s": getattr(options, "think_time_s", 0.0) if getattr(options, "session_turns", 0) else None,
         "input_calibration": json.loads(options.input_calibration)
