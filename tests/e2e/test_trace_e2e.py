@@ -29,8 +29,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.rundir import load_run
-from analysis.steps import step_table, step_windows
+from llm_locust.analysis.perstep.table import step_table, step_windows
+from llm_locust.analysis.rundir.reader import load_run
 from llm_locust.client.workload.synthetic import CANDIDATE_WORDS
 
 pytestmark = pytest.mark.slow
