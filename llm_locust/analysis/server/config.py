@@ -33,6 +33,9 @@ class ServerConfig:
     token_budget_name : str or None
     chunked_prefill : bool or None
         Whether long prompts are prefilled in chunks.
+    prefix_caching : bool or None
+        Whether the server keeps computed prompt prefixes for later requests (vLLM
+        ``enable_prefix_caching``).
     kv_capacity_tokens : int or None
         KV cache size, tokens.
     max_model_len : int or None
@@ -55,6 +58,7 @@ class ServerConfig:
     token_budget: int | None = None
     token_budget_name: str | None = None
     chunked_prefill: bool | None = None
+    prefix_caching: bool | None = None
     kv_capacity_tokens: int | None = None
     max_model_len: int | None = None
     reported_max_concurrency: float | None = None

@@ -3,13 +3,14 @@
 One mapping table per family (``vllm``, ``sglang``, ``tgi``, ``llamacpp``, ``triton``; a user
 format file adds a ``generic`` one); the family is detected from the sample names. Entry points:
 :func:`metrics_series`, :func:`metrics_config`, :func:`info_config` (``/props``, ``/info``),
-:func:`detect_family`.
+:func:`detect_family`, :func:`prefix_cache_steps` (the prefix-cache hit ratio per window).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pandas as pd
 
 from llm_locust.analysis.server.config import ServerConfig
@@ -19,9 +20,11 @@ from llm_locust.analysis.server.prometheus import llamacpp, sglang, tgi, triton,
 from llm_locust.analysis.server.prometheus.mapping import (
     Combine,
     FamilyMapping,
+    PrefixCacheSpec,
     SampleKind,
     SeriesSpec,
     normalise,
+    prefix_cache_window,
 )
 from llm_locust.analysis.server.series import empty_series
 
@@ -34,13 +37,18 @@ __all__ = [
     "MAPPINGS",
     "Combine",
     "FamilyMapping",
+    "PrefixCacheSpec",
     "SampleKind",
     "SeriesSpec",
     "detect_family",
     "info_config",
     "metrics_config",
     "metrics_series",
+    "prefix_cache_steps",
 ]
+
+PREFIX_CACHE_COLUMNS: tuple[str, ...] = ("prefix_cache_hit_ratio", "prefix_cache_queried_tokens")
+"""Columns of :func:`prefix_cache_steps`."""
 
 
 def _mappings(user: FamilyMapping | None) -> dict[ServerFamily, FamilyMapping]:
@@ -109,6 +117,45 @@ def metrics_series(
             f"no metrics mapping for family {family.value!r}: give a user format file with a [metrics] table"
         )
     return normalise(samples, mappings[family].specs, freshness)
+
+
+def prefix_cache_steps(
+    samples: pd.DataFrame | None,
+    windows: pd.DataFrame,
+    family: ServerFamily | str | None = None,
+) -> pd.DataFrame:
+    """The server's prefix-cache hit ratio over each window, from its own counters.
+
+    Parameters
+    ----------
+    samples : pandas.DataFrame or None
+        ``server_metrics.csv`` rows (``t_s``, ``source``, ``metric``, ``labels``, ``value``).
+    windows : pandas.DataFrame
+        ``window_start_s``, ``window_end_s`` (Unix s), one row per step.
+    family : ServerFamily or str, optional
+        Defaults to :func:`detect_family`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Same index as ``windows``, float64 columns :data:`PREFIX_CACHE_COLUMNS`:
+        ``prefix_cache_hit_ratio`` (0-1: prompt tokens found in the cache / prompt tokens looked
+        up, increases of the family's counters over the window, summed over label sets and
+        scraped endpoints: :class:`~llm_locust.analysis.server.prometheus.mapping.PrefixCacheSpec`) and
+        ``prefix_cache_queried_tokens`` (tokens looked up in the window). The ratio is 0 where
+        the server took prompts in but looked none up (its prefix cache off), NaN where the
+        family exposes no such figure (TGI, Triton), a counter went down, or no prompt came.
+    """
+    out = pd.DataFrame(np.nan, index=windows.index, columns=list(PREFIX_CACHE_COLUMNS), dtype="float64")
+    if samples is None or samples.empty:
+        return out
+    family = parse_family(family) or detect_family(samples)
+    spec = MAPPINGS[family].prefix_cache if family in MAPPINGS else None
+    if spec is None:
+        return out
+    for index, start, end in zip(windows.index, windows["window_start_s"], windows["window_end_s"]):
+        out.loc[index, list(PREFIX_CACHE_COLUMNS)] = prefix_cache_window(samples, spec, float(start), float(end))
+    return out
 
 
 def metrics_config(

@@ -7,12 +7,17 @@ Running is ``llamacpp:requests_processing`` (busy slots), waiting ``llamacpp:req
 ``llamacpp:prompt_tokens_total`` are turned into rates; ``llamacpp:kv_cache_usage_ratio`` (older
 builds only) is the KV usage. The slot count is not a metric: it comes from ``GET /props``
 (``total_slots``) or the startup log (``n_slots``).
+
+Prefix cache (each slot's prompt cache): ``llamacpp:prompt_tokens_cached_total`` ("Number of
+prompt tokens reused from the cache") over all prompt tokens, which are
+``llamacpp:prompt_tokens_total`` ("excluding cached tokens") + the cached ones
+(``server_task_result_metrics::to_metrics``).
 """
 
 from __future__ import annotations
 
 from llm_locust.analysis.server.families import ServerFamily
-from llm_locust.analysis.server.prometheus.mapping import Combine, FamilyMapping, SampleKind, SeriesSpec
+from llm_locust.analysis.server.prometheus.mapping import Combine, FamilyMapping, PrefixCacheSpec, SampleKind, SeriesSpec
 
 SPECS: tuple[SeriesSpec, ...] = (
     SeriesSpec(column="running", metrics=("llamacpp:requests_processing",)),
@@ -22,4 +27,9 @@ SPECS: tuple[SeriesSpec, ...] = (
     SeriesSpec(column="prompt_tps", metrics=("llamacpp:prompt_tokens_total",), kind=SampleKind.COUNTER),
 )
 
-MAPPING = FamilyMapping(family=ServerFamily.LLAMACPP, prefixes=("llamacpp:",), specs=SPECS)
+PREFIX_CACHE = PrefixCacheSpec(
+    hits=("llamacpp:prompt_tokens_cached_total",),
+    queries=("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"),
+)
+
+MAPPING = FamilyMapping(family=ServerFamily.LLAMACPP, prefixes=("llamacpp:",), specs=SPECS, prefix_cache=PREFIX_CACHE)

@@ -21,7 +21,7 @@ import pandas as pd
 from llm_locust.analysis.server.config import ServerConfig
 from llm_locust.analysis.server.families import ServerFamily
 from llm_locust.analysis.server.freshness import ScrapeFreshness, end_stale
-from llm_locust.analysis.server.series import SERIES_COLUMNS, VALUE_COLUMNS, empty_series
+from llm_locust.analysis.server.series import SERIES_COLUMNS, VALUE_COLUMNS, empty_series, time_average
 
 
 class SampleKind(str, enum.Enum):
@@ -67,6 +67,33 @@ class SeriesSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PrefixCacheSpec:
+    """A family's prefix-cache figures: hit ratio over a window = increase of the ``hits``
+    counters / increase of the ``queries`` counters (both in prompt tokens).
+
+    Attributes
+    ----------
+    hits : tuple of str
+        Counters of prompt tokens served from the cache, summed.
+    queries : tuple of str
+        Counters whose sum is every prompt token looked up (vLLM's queries; llama.cpp's
+        processed + cached, since its ``prompt_tokens_total`` leaves the cached ones out).
+    prompts : tuple of str
+        Counters of the prompt tokens the server took in, summed: where it looked none up while
+        it took prompts in (vLLM with prefix caching off counts no queries), none of them came
+        from a cache and the ratio is 0.
+    gauge : str, optional
+        A 0-1 hit-rate gauge read (time-averaged over the window) when the counters are absent
+        (SGLang's ``sglang:cache_hit_rate`` on builds without ``cached_tokens_total``).
+    """
+
+    hits: tuple[str, ...]
+    queries: tuple[str, ...]
+    prompts: tuple[str, ...] = ()
+    gauge: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class FamilyMapping:
     """A server family's metric names.
 
@@ -85,6 +112,8 @@ class FamilyMapping:
     prefixes: tuple[str, ...]
     specs: tuple[SeriesSpec, ...]
     config: Callable[[pd.DataFrame], ServerConfig] | None = field(default=None, compare=False)
+    prefix_cache: PrefixCacheSpec | None = None
+    """The family's prefix-cache counters (None: it exposes none)."""
 
 
 def _label_mask(samples: pd.DataFrame, labels: tuple[tuple[str, str], ...]) -> pd.Series:
@@ -200,3 +229,70 @@ def latest_labels(samples: pd.DataFrame, metric: str) -> dict[str, str] | None:
         return json.loads(rows.sort_values("t_s")["labels"].iloc[-1])
     except (TypeError, ValueError):
         return None
+
+
+def counter_increase(samples: pd.DataFrame, metrics: tuple[str, ...], start_s: float, end_s: float) -> float:
+    """Increase of counters over a window, summed over names, label sets and sources.
+
+    Each series (name, source, label set) counts ``last value at or before end_s - last value at
+    or before start_s``; a series with no sample at or before ``start_s`` is left out (it had not
+    been scraped yet).
+
+    Parameters
+    ----------
+    samples : pandas.DataFrame
+        Long-format samples (``t_s``, ``source``, ``metric``, ``labels``, ``value``).
+    metrics : tuple of str
+        Counter sample names as exposed (``..._total``).
+    start_s, end_s : float
+        The window, Unix s.
+
+    Returns
+    -------
+    float
+        NaN when no series covers the window, or when one went down (a restart: its increase is
+        unknown, never read as a negative or a zero).
+
+    >>> s = pd.DataFrame({"t_s": [0.0, 5.0, 10.0], "source": "u", "metric": "c_total",
+    ...                   "labels": "{}", "value": [1.0, 4.0, 9.0]})
+    >>> counter_increase(s, ("c_total",), 0.0, 9.0)
+    3.0
+    """
+    rows = samples[samples["metric"].isin(metrics)]
+    total, seen = 0.0, False
+    for _, series in rows.groupby(["metric", "source", "labels"], sort=False):
+        times, values = series["t_s"].to_numpy(float), series["value"].to_numpy(float)
+        order = np.argsort(times, kind="stable")
+        times, values = times[order], values[order]
+        before = np.searchsorted(times, start_s, side="right") - 1
+        upto = np.searchsorted(times, end_s, side="right") - 1
+        if before < 0 or upto < 0:
+            continue
+        increase = float(values[upto] - values[before])
+        if increase < 0 or not np.isfinite(increase):
+            return float("nan")
+        total, seen = total + increase, True
+    return total if seen else float("nan")
+
+
+def prefix_cache_window(
+    samples: pd.DataFrame, spec: PrefixCacheSpec, start_s: float, end_s: float
+) -> tuple[float, float]:
+    """(hit ratio 0-1, queried prompt tokens) of ``spec`` over one window.
+
+    The ratio is ``counter_increase(hits) / counter_increase(queries)`` (:func:`counter_increase`);
+    NaN when the counters are absent, went down, or nothing was queried - but 0 where nothing was
+    queried while the ``prompts`` counters rose (the cache was not looked up). Without counters, the
+    ``gauge`` time-averaged over the window (each scrape holds until the next; label sets and
+    sources averaged), with NaN queried tokens.
+    """
+    queries = counter_increase(samples, spec.queries, start_s, end_s)
+    hits = counter_increase(samples, spec.hits, start_s, end_s)
+    if np.isfinite(queries) or spec.gauge is None or not (samples["metric"] == spec.gauge).any():
+        ratio = hits / queries if np.isfinite(queries) and queries > 0 and np.isfinite(hits) else float("nan")
+        if queries == 0 and spec.prompts and counter_increase(samples, spec.prompts, start_s, end_s) > 0:
+            ratio = 0.0
+        return float(ratio), float(queries)
+    gauge = samples[samples["metric"] == spec.gauge].groupby("t_s", sort=True)["value"].mean()
+    ratio = time_average(pd.Series(gauge.index, dtype=float), gauge.reset_index(drop=True), start_s, end_s)
+    return ratio, float("nan")

@@ -6,6 +6,11 @@ data-parallel rank), ``sglang:token_usage`` (0-1) averaged, the token counters a
 ``sglang:num_retracted_requests_total`` (SGLang's preemption) turned into rates; the
 ``sglang:gen_throughput`` gauge stands in when the generation counter is absent.
 Configuration: ``sglang:max_total_num_tokens`` (KV pool size, tokens).
+
+Prefix cache (the radix cache): ``sglang:cached_tokens_total`` / ``sglang:prompt_tokens_total``
+(``TokenizerMetricsCollector``: both counted per finished request, the cached tokens a part of its
+prompt tokens; summed over label sets such as ``cache_source``); without the cached-tokens counter,
+the ``sglang:cache_hit_rate`` gauge (``SchedulerMetricsCollector``, 0-1, set at each stats log).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from llm_locust.analysis.server.families import ServerFamily
 from llm_locust.analysis.server.prometheus.mapping import (
     Combine,
     FamilyMapping,
+    PrefixCacheSpec,
     SampleKind,
     SeriesSpec,
     latest_value,
@@ -41,4 +47,10 @@ def config(samples: pd.DataFrame) -> ServerConfig:
     )
 
 
-MAPPING = FamilyMapping(family=ServerFamily.SGLANG, prefixes=("sglang:",), specs=SPECS, config=config)
+PREFIX_CACHE = PrefixCacheSpec(
+    hits=("sglang:cached_tokens_total",), queries=("sglang:prompt_tokens_total",), gauge="sglang:cache_hit_rate"
+)
+
+MAPPING = FamilyMapping(
+    family=ServerFamily.SGLANG, prefixes=("sglang:",), specs=SPECS, config=config, prefix_cache=PREFIX_CACHE
+)

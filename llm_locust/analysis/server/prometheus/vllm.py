@@ -5,7 +5,14 @@ V0 and early-V1 name of the KV usage gauge).
 Running and waiting are summed over ``engine`` label values (data parallel), KV usage (a 0-1
 ratio despite ``_perc``) averaged over them, token and preemption counters turned into rates.
 Configuration: ``vllm:cache_config_info`` labels ``kv_cache_size_tokens`` (else ``num_gpu_blocks``
-x ``block_size``) and ``kv_cache_max_concurrency``.
+x ``block_size``), ``kv_cache_max_concurrency`` and ``enable_prefix_caching``.
+
+Prefix cache: ``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total`` (counters of
+prompt tokens, per ``engine``; ``PrometheusStatLogger``: queries are the tokens looked up, hits the
+ones found cached; the same figures as the stats line's "Prefix cache hit rate"). With
+``--no-enable-prefix-caching`` vLLM looks nothing up and counts no queries
+(``KVCacheManager.record_prefix_cache_stats``): prompt tokens taken in
+(``vllm:prompt_tokens_total``) with no query make a hit ratio of 0.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from llm_locust.analysis.server.families import ServerFamily
 from llm_locust.analysis.server.prometheus.mapping import (
     Combine,
     FamilyMapping,
+    PrefixCacheSpec,
     SampleKind,
     SeriesSpec,
     latest_labels,
@@ -57,7 +65,17 @@ def config(samples: pd.DataFrame) -> ServerConfig:
         concurrency = float(labels.get("kv_cache_max_concurrency"))
     except (TypeError, ValueError):
         concurrency = None
-    return out.with_value("reported_max_concurrency", concurrency, source)
+    out = out.with_value("reported_max_concurrency", concurrency, source)
+    caching = labels.get("enable_prefix_caching")
+    return out.with_value("prefix_caching", {"True": True, "False": False}.get(str(caching)), source)
 
 
-MAPPING = FamilyMapping(family=ServerFamily.VLLM, prefixes=("vllm:",), specs=SPECS, config=config)
+PREFIX_CACHE = PrefixCacheSpec(
+    hits=("vllm:prefix_cache_hits_total",),
+    queries=("vllm:prefix_cache_queries_total",),
+    prompts=("vllm:prompt_tokens_total",),
+)
+
+MAPPING = FamilyMapping(
+    family=ServerFamily.VLLM, prefixes=("vllm:",), specs=SPECS, config=config, prefix_cache=PREFIX_CACHE
+)

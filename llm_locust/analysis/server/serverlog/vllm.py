@@ -180,12 +180,13 @@ CONFIG_PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
     ("concurrency", re.compile(r"Maximum concurrency for " + _INT + r" tokens per request: ([\d.]+)x")),
     ("chunked", re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")),
     ("engine_chunked", re.compile(r"enable_chunked_prefill=(True|False)")),
+    ("engine_prefix", re.compile(r"enable_prefix_caching=(True|False)")),
 )
 
 
 def config(log: LogText) -> ServerConfig:
     """Startup configuration: non-default args (or V0's Namespace), engine version, KV cache
-    size and maximum concurrency, chunked prefill."""
+    size and maximum concurrency, chunked prefill, prefix caching."""
     out = ServerConfig(engine=ServerFamily.VLLM.value)
     head = log.text[:4_000_000]  # startup lines are at the top; a day of stats is not needed
     args = _args(log)
@@ -216,6 +217,8 @@ def config(log: LogText) -> ServerConfig:
             out = out.with_value("token_budget", _int(match.group(1)), src, token_budget_name="max_num_batched_tokens")
         elif name == "engine_chunked":
             out = out.with_value("chunked_prefill", match.group(1) == "True", src)
+        elif name == "engine_prefix":
+            out = out.with_value("prefix_caching", match.group(1) == "True", src)
     return out
 
 
