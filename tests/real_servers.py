@@ -158,11 +158,16 @@ VLLM_KV = ServerSpec(
 128 tokens (the CPU build's block size), and ``--max-model-len 256`` so that vLLM's start-up check
 (one request of ``max_model_len`` must fit) passes."""
 
+VLLM_NO_PREFIX = ServerSpec("vllm-cpu", ("--max-num-seqs", "8", "--no-enable-prefix-caching"), {"MODEL": "slow"})
+""":data:`VLLM_SEQS8` with its prefix cache off (on by default in vLLM V1):
+``tests/real/test_real_vllm_prefix.py``'s round without prefix caching."""
+
 PRESTARTED_BY_MODULE = {
     "test_real_verdict.py": (VLLM_SEQS1, VLLM_KV),
     "test_real_vllm.py": (VLLM_SEQS2, VLLM_SEQS8),
     "test_real_vllm_ab.py": (VLLM_SEQS2, VLLM_SEQS8),
     "test_real_vllm_inputs.py": (VLLM_SEQS8,),
+    "test_real_vllm_prefix.py": (VLLM_SEQS8, VLLM_NO_PREFIX),
 }
 """The servers :func:`prestart` starts during the end-to-end tests, by the real-server test module
 that needs them (the A/B fixture uses both vLLMs, one after the other)."""

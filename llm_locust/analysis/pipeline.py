@@ -75,6 +75,7 @@ from llm_locust.analysis.verdict import RULES, ClientSide, ServerSide, Verdict, 
 from llm_locust.analysis.verdict.configcheck import ConfigCheck, check_config
 from llm_locust.analysis.verdict.jsonout import BASELINE_NOTE, write_baseline_json, write_verdict_json
 from llm_locust.analysis.verdict.knee import CriticalConcurrency, find_critical_concurrency, fmt_users
+from llm_locust.analysis.verdict.prefixcache import SharedPrefix
 
 PLOT_STYLE: dict[str, object] = {
     "figure.dpi": 100,
@@ -309,7 +310,8 @@ def analyze(
     per_replica = replica_step_means(windows, evidence.replicas)
     for column in per_replica.columns:
         table[column] = per_replica[column].to_numpy("float64")
-    for column, values in input_columns(table, run.requests, run.server_samples).items():
+    family = evidence.metrics_family.value if evidence.metrics_family is not None else None
+    for column, values in input_columns(table, run.requests, run.server_samples, family).items():
         table[column] = values
     rules = replace(
         RULES, min_gain_per_doubling=min_gain_per_doubling, waiting_threshold=waiting_threshold, ttft_growth=ttft_growth
@@ -327,6 +329,7 @@ def analyze(
             planned=planned_levels(shape),
             warmup_s=run.warmup_s,
             request_tokens=_request_tokens(run),
+            shared_prefix=SharedPrefix.from_workload(run.meta.get("workload")),
         )
         table, critical = verdict.table, verdict.critical
     else:

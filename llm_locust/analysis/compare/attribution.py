@@ -41,12 +41,19 @@ Then, first that applies (the closed set :data:`KINDS`):
    baseline run, no concurrency-1 step): it cannot be split into compute and batching.
 4. ``batching_or_scheduling`` - compute did not move; the ceiling (reached), the knee or the
    concurrent throughput did.
-5. ``compute_cost`` - compute moved; the ceiling and the knee stayed. Also when the concurrent
+5. ``prefix_cache`` - the prefill alone moved (the single-request TTFT beyond noise, its decode
+   rate not), the ceiling did not, and the rounds' prefix-cache hit ratios (the server's own
+   counters, :attr:`~llm_locust.analysis.compare.rounds.RoundSummary.prefix_cache_hit_ratio`) differ by at
+   least :data:`MIN_PREFIX_HIT_CHANGE` in the direction that explains it (more prompt tokens
+   found cached, shorter TTFT): a prefix cache skips prefill work, never decode work, so the
+   cache is the cause. A knee or concurrent throughput that moved with it is that same prefill
+   work (the evidence gives both).
+6. ``compute_cost`` - compute moved; the ceiling and the knee stayed. Also when the concurrent
    ratio differs from the single-request one (beyond :data:`EXPLAINED_FACTOR`): the evidence gives
    both ratios and each round's batching gain (prorated tokens/s at the knee over the lowest step):
    the changed build gains less (or more) from batching, at its own per-token cost, with the same
    scheduler.
-6. ``mixed`` - compute moved and so did the ceiling (reached) or the knee; the knee throughput
+7. ``mixed`` - compute moved and so did the ceiling (reached) or the knee; the knee throughput
    ratio ``T`` is split into the compute factor ``S`` (the single-request decode ratio) and the
    batching factor ``B = T / S``, with their shares of ``|log S| + |log B|``.
 
@@ -79,7 +86,19 @@ EXPLAINED_FACTOR = 1.25
 EXPLAINED_FACTOR`` (same direction); beyond it the evidence says the build gains less or more from
 batching."""
 
-KINDS: tuple[str, ...] = ("compute_cost", "batching_or_scheduling", "client", "no_difference", "mixed", "undetermined")
+MIN_PREFIX_HIT_CHANGE = 0.10
+"""Smallest difference of the rounds' prefix-cache hit ratios (absolute, 0-1) counted as a change
+of the cache (10 points of the prompt tokens)."""
+
+KINDS: tuple[str, ...] = (
+    "compute_cost",
+    "batching_or_scheduling",
+    "client",
+    "no_difference",
+    "mixed",
+    "undetermined",
+    "prefix_cache",
+)
 """The closed set of attribution kinds."""
 
 
@@ -124,6 +143,9 @@ class Attribution:
     axis : LoadAxis, default USERS
         What the rounds' ladder steps are keyed by (``compare.json`` names the key
         ``users`` or ``rate_rps``).
+    prefix_cache_hit_ratios : dict
+        ``{"baseline": r, "round": r}``: each round's prefix-cache hit ratio (0-1, NaN without
+        the server's counters).
     """
 
     round: str
@@ -143,6 +165,7 @@ class Attribution:
     batching_gains: dict[str, tuple[float | None, Estimate]] = field(default_factory=dict)
     shares: dict[str, float] | None = None
     axis: LoadAxis = USERS
+    prefix_cache_hit_ratios: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The ``compare.json`` ``attribution`` object (``compare.json`` schema 2)."""
@@ -181,6 +204,9 @@ class Attribution:
             "batch_ceiling": None if self.ceiling is None else self.ceiling.to_json(),
             "critical_concurrency": None if self.knee is None else self.knee.to_json(),
             "shares": self.shares,
+            "prefix_cache_hit_ratio": {
+                k: (v if math.isfinite(v) else None) for k, v in self.prefix_cache_hit_ratios.items()
+            },
             "detectable_relative_difference": {
                 k: (v if math.isfinite(v) else None) for k, v in self.detectable.items()
             },
@@ -347,6 +373,24 @@ def attribute(base: RoundSummary, other: RoundSummary, *, client_changes_only: b
             f"{MIN_EFFECT:.0%}) while {_join(moved)} moved: batching or scheduling explains it, not "
             "the change's compute cost"
         )
+    elif (
+        (cache := _prefix_cache_change(base, other, ttft)) is not None
+        and prefill_moved
+        and not (decode_moved or ceiling_moved)
+    ):
+        kind = "prefix_cache"
+        evidence.append(
+            f"the server's prefix cache hit {cache[0]:.1%} of the prompt tokens in round {base.name} and "
+            f"{cache[1]:.1%} in round {other.name} (its own counters); the single request's TTFT moved "
+            f"(ratio {ttft.text('{:.2f}')}) while its decode rate did not: a prefix cache skips the prefill of "
+            "the cached tokens and nothing of the decode, so the prefix cache is the cause"
+            + (
+                f"; the concurrent throughput at the knee moved with it (ratio {knee.text('{:.2f}')}): the same "
+                "prefill work, taken from or given back to the engine's steps"
+                if c_clear or knee_move.moved
+                else ""
+            )
+        )
     elif not (ceiling_moved or knee_move.moved):
         kind = "compute_cost"
         evidence.append(_compute_sentence(decode, knee, gains, axis, decode_moved))
@@ -384,7 +428,20 @@ def attribute(base: RoundSummary, other: RoundSummary, *, client_changes_only: b
         batching_gains=gains,
         shares=shares,
         axis=axis,
+        prefix_cache_hit_ratios={"baseline": base.prefix_cache_hit_ratio, "round": other.prefix_cache_hit_ratio},
     )
+
+
+def _prefix_cache_change(base: RoundSummary, other: RoundSummary, ttft: Estimate) -> tuple[float, float] | None:
+    """(base, other) prefix-cache hit ratios when they differ by at least
+    :data:`MIN_PREFIX_HIT_CHANGE` in the direction the TTFT ratio moved (more hits, shorter
+    TTFT); None otherwise or when a round has no such figure."""
+    hit_b, hit_o = base.prefix_cache_hit_ratio, other.prefix_cache_hit_ratio
+    if not (math.isfinite(hit_b) and math.isfinite(hit_o) and math.isfinite(ttft.value)):
+        return None
+    if abs(hit_o - hit_b) < MIN_PREFIX_HIT_CHANGE or (hit_o - hit_b) * (ttft.value - 1.0) >= 0:
+        return None
+    return hit_b, hit_o
 
 
 def _compute_sentence(

@@ -58,6 +58,7 @@ SERVER_CONFIG_FIELDS: tuple[str, ...] = (
     "batch_ceiling",
     "token_budget",
     "chunked_prefill",
+    "prefix_caching",
     "kv_capacity_tokens",
     "max_model_len",
 )

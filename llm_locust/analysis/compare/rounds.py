@@ -154,6 +154,26 @@ class RoundSummary:
         """The step's prorated throughput estimate at load level ``users`` (None when not measured)."""
         return None if users is None else self.step_tps_prorated.get(float(users))
 
+    @property
+    def prefix_cache_hit_ratio(self) -> float:
+        """The server's prefix-cache hit ratio over the ladder's steps (0-1): the steps'
+        ``prefix_cache_hit_ratio`` weighted by their ``prefix_cache_queried_tokens``, i.e. hits /
+        queries over all steps; 0 when the server looked nothing up (prefix cache off); NaN
+        without the counters (:mod:`llm_locust.analysis.perstep.inputs`)."""
+        if self.steps.empty or "prefix_cache_hit_ratio" not in self.steps:
+            return math.nan
+        ratio = self.steps["prefix_cache_hit_ratio"].astype(float)
+        queried = self.steps.get("prefix_cache_queried_tokens", pd.Series(math.nan, index=self.steps.index))
+        queried = queried.astype(float)
+        ok = ratio.notna()
+        if not ok.any():
+            return math.nan
+        weights = queried[ok]
+        if not (weights > 0).any():
+            return float(ratio[ok].mean())
+        weights = weights.fillna(0.0)
+        return float((ratio[ok] * weights).sum() / weights.sum())
+
     def step_value(self, users: float, column: str) -> float:
         """A step-table value at load level ``users`` on :attr:`axis` (NaN when absent)."""
         if self.steps.empty or self.axis.column not in self.steps or column not in self.steps:

@@ -39,6 +39,7 @@ from llm_locust.analysis.verdict.hiddenqueue import hidden_queue
 from llm_locust.analysis.verdict.inferred import compute_beside_ceiling, kv_tokens
 from llm_locust.analysis.verdict.knee import CriticalConcurrency, find_critical_concurrency, fmt_users
 from llm_locust.analysis.verdict.outage import server_outage
+from llm_locust.analysis.verdict.prefixcache import SharedPrefix, prefix_cache_recommendations, prefix_cache_unused
 from llm_locust.analysis.verdict.recommend import recommend
 from llm_locust.analysis.verdict.replicaimbalance import balance_recommendation, replica_imbalance
 from llm_locust.analysis.verdict.staticbatch import running_from_batches, static_batch
@@ -90,6 +91,7 @@ def diagnose(
     planned: Sequence[float] = (),
     warmup_s: float | None = None,
     request_tokens: float | None = None,
+    shared_prefix: SharedPrefix | None = None,
 ) -> Verdict:
     """Name the run's bottleneck: one primary kind, secondaries, evidence, recommendations.
 
@@ -139,6 +141,10 @@ def diagnose(
     request_tokens : float, optional
         The run's mean prompt tokens + max_tokens (the KV one request holds at most), for the
         token arithmetic of :func:`~llm_locust.analysis.verdict.inferred.kv_tokens`.
+    shared_prefix : SharedPrefix, optional
+        How the run's prompts share prefixes (run.json ``workload``): with the step table's
+        ``prefix_cache_hit_ratio``, the note :func:`~llm_locust.analysis.verdict.prefixcache.prefix_cache_unused`
+        and its recommendations.
 
     Returns
     -------
@@ -326,6 +332,9 @@ def diagnose(
         ev["timeout_cause"] = cause
     ev["server_fields_missing"] = server_fields(table, server.family)
     ev["client_load_missing"] = client_load_note(client, rules)
+    ev["prefix_cache_unused"] = prefix_cache_unused(
+        usable, shared_prefix, config, replicas=len(server.replica_ceilings), rules=rules
+    )
 
     secondary = (
         ()
@@ -355,6 +364,7 @@ def diagnose(
     )
     if ev["replica_imbalance"].holds:
         recs = (balance_recommendation(ev["replica_imbalance"]), *recs)
+    recs = (*recs, *prefix_cache_recommendations(ev["prefix_cache_unused"], server.family))
     if ev["server_outage"].holds:
         recs = tuple(r for r in recs if not outage_first) + (
             Recommendation(

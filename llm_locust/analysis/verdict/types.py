@@ -141,6 +141,11 @@ class Rules:
     compute_tpot_growth : float, default 1.3
         TPOT growth per doubling of running, up to a ceiling, at or above which compute limits
         beside it (rule ``compute_beside_ceiling``: a batch doubled then gains at most x1.54).
+    max_prefix_hit_ratio : float, default 0.05
+        Prefix-cache hit ratio (prompt tokens found cached / looked up) below which, at every
+        usable step, the server's prefix cache "hits next to none" of a workload that shares
+        prefixes (rule ``prefix_cache_unused``; vLLM CPU with its 128-token blocks hit 0.3 % of
+        prompts of random words, 50 % of 256-token prompts sharing 192).
     """
 
     min_gain_per_doubling: float = 1.15
@@ -170,6 +175,7 @@ class Rules:
     min_completions: int = 20
     max_tps_rel_halfwidth: float = 0.1
     compute_tpot_growth: float = 1.3
+    max_prefix_hit_ratio: float = 0.05
 
     def knee_kwargs(self) -> dict[str, float]:
         """Keyword arguments of :func:`llm_locust.analysis.verdict.knee.find_critical_concurrency`."""

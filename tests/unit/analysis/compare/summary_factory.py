@@ -53,6 +53,7 @@ def summary(
     prefill: list[float] | None = None,
     batch_wait_max_ms: float | None = None,
     repeat_decode: Estimate | None = None,
+    prefix_hit: float | None = None,
 ) -> RoundSummary:
     """A round summary from its numbers (module docstring)."""
     tps = {float(u): est(*v) for u, v in steps.items()}
@@ -64,6 +65,9 @@ def summary(
             "ttft_p50_ms": [ttft_p50[u] for u in steps],
         }
     )
+    if prefix_hit is not None:  # every step the same ratio, 1000 prompt tokens looked up each
+        table["prefix_cache_hit_ratio"] = prefix_hit
+        table["prefix_cache_queried_tokens"] = 1000.0
     return RoundSummary(
         name=name,
         steps=table,
@@ -132,3 +136,34 @@ STATIC_MAX1 = dict(
     waiting_max=7.0,
     ceiling=1,
 )
+
+NO_PREFIX_CACHE = dict(
+    decode=[81.88, 78.94, 68.43, 86.11, 77.36, 72.81, 77.89, 122.35, 72.04, 62.88, 61.03, 58.72, 61.87, 62.47, 69.61],
+    ttft=[314.5, 302.8, 312.5, 302.2, 323.4, 326.8, 343.5, 455.2, 338.0, 333.7, 345.5, 339.2, 351.0, 344.7, 334.5],
+    steps={1: (29.2, 27.5, 30.5), 2: (32.0, 32.0, 32.0)},
+    ttft_p50={1: 334.5, 2: 521.6},
+    critical=None,
+    running_max=2.0,
+    waiting_max=0.0,
+    ceiling=None,
+    prefix_hit=0.0,
+)
+"""The real prefix-caching A/B of ``tests/real/test_real_vllm_prefix.py`` (7 Dec 2026, vLLM CPU
+0.32, ``slow`` model, ``--max-num-seqs 8``; ``--ladder 1,2 --dwell-s 10 --warmup-s 2 --max-tokens 16
+--input-tokens 512 --shared-prefix-tokens 448``): the round with ``--no-enable-prefix-caching``,
+its concurrency-1 step's decode rates and TTFTs; step intervals rounded."""
+PREFIX_CACHE = dict(
+    decode=[42.92, 62.55, 63.69, 73.84, 67.3, 56.26, 59.05, 68.58, 59.39, 53.43, 61.06, 54.96, 48.88, 69.18, 75.5,
+            57.67, 66.9, 64.77, 58.86, 58.55, 67.1, 65.79],
+    ttft=[267.4, 98.6, 107.5, 115.7, 104.3, 105.5, 104.3, 105.7, 99.2, 118.2, 113.2, 110.4, 119.1, 106.2, 106.5,
+          116.7, 99.7, 109.2, 105.5, 115.2, 114.2, 107.1],
+    steps={1: (44.9, 43.0, 46.5), 2: (63.1, 58.3, 68.4)},
+    ttft_p50={1: 107.3, 2: 134.2},
+    critical=None,
+    running_max=2.0,
+    waiting_max=0.0,
+    ceiling=None,
+    prefix_hit=0.75,
+)  # fmt: skip
+"""The same A/B's round with prefix caching on (vLLM's default): 3 of each prompt's 4 blocks found
+cached from the second request on."""

@@ -14,6 +14,8 @@ import pytest
 
 from llm_locust.analysis.compare.attribution import attribute
 from tests.unit.analysis.compare.summary_factory import (
+    NO_PREFIX_CACHE,
+    PREFIX_CACHE,
     QUANT_F32,
     QUANT_Q4_0,
     STATIC_MAX1,
@@ -164,3 +166,33 @@ def test_a_decode_difference_within_the_rounds_repeat_is_not_compute():
     result = attribute(summary("a", **QUANT_F32), summary("b", **b, repeat_decode=est(1.10, 1.08, 1.12)))
 
     assert result.kind == "batching_or_scheduling", result.evidence
+
+
+def test_real_prefix_caching_ab_is_the_prefix_cache():
+    result = attribute(summary("off", **NO_PREFIX_CACHE), summary("on", **PREFIX_CACHE))
+
+    assert result.kind == "prefix_cache", result.evidence
+    # the medians of 22 and 15 requests: (107.1 + 107.5) / 2 and 334.5
+    assert result.single_ttft_ratio.value == pytest.approx(107.3 / 334.5)
+    assert not result.single_decode_ratio.excludes_one
+    assert result.prefix_cache_hit_ratios == {"baseline": 0.0, "round": 0.75}
+    assert "hit 0.0% of the prompt tokens in round off and 75.0% in round on" in result.evidence[-1]
+    assert "the concurrent throughput at the knee moved with it" in result.evidence[-1]
+
+
+@pytest.mark.parametrize(
+    ("hit_a", "hit_b", "ttft_b"),
+    [
+        (0.75, 0.75, PREFIX_CACHE["ttft"]),  # the same hit ratio: something else cut the prefill
+        (None, None, PREFIX_CACHE["ttft"]),  # no counters read
+        (0.75, 0.0, PREFIX_CACHE["ttft"]),  # fewer hits yet a shorter TTFT: not the cache
+    ],
+)
+def test_a_ttft_change_the_hit_ratios_do_not_explain_is_the_prefill_cost(hit_a, hit_b, ttft_b):
+    a = {**NO_PREFIX_CACHE, "prefix_hit": hit_a}
+    b = {**PREFIX_CACHE, "prefix_hit": hit_b, "ttft": ttft_b}
+
+    result = attribute(summary("a", **a), summary("b", **b))
+
+    assert result.kind == "compute_cost", result.evidence
+    assert "the change's prefill cost is the cause" in result.evidence[-1]
