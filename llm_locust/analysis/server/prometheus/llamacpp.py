@@ -17,7 +17,13 @@ prompt tokens reused from the cache") over all prompt tokens, which are
 from __future__ import annotations
 
 from llm_locust.analysis.server.families import ServerFamily
-from llm_locust.analysis.server.prometheus.mapping import Combine, FamilyMapping, PrefixCacheSpec, SampleKind, SeriesSpec
+from llm_locust.analysis.server.prometheus.mapping import (
+    Combine,
+    FamilyMapping,
+    PrefixCacheSpec,
+    SampleKind,
+    SeriesSpec,
+)
 
 SPECS: tuple[SeriesSpec, ...] = (
     SeriesSpec(column="running", metrics=("llamacpp:requests_processing",)),
