@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 import pandas as pd
@@ -77,7 +78,10 @@ from llm_locust.analysis.verdict.jsonout import BASELINE_NOTE, write_baseline_js
 from llm_locust.analysis.verdict.knee import CriticalConcurrency, find_critical_concurrency, fmt_users
 from llm_locust.analysis.verdict.prefixcache import SharedPrefix
 
-PLOT_STYLE: dict[str, object] = {
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
+PLOT_STYLE: dict[RcKeyType, Any] = {
     "figure.dpi": 100,
     "savefig.dpi": 110,
     "font.size": 10,
@@ -598,7 +602,8 @@ def write_report(result: AnalysisResult, report_dir: Path | None = None) -> Anal
     out = Path(report_dir) if report_dir is not None else result.run.run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     drawn = result.vs_concurrency
-    judged = result.verdict is not None
+    verdict = result.verdict
+    judged = verdict is not None
     baseline = result.baseline if result.outcome is RunOutcome.MEASURED else None
     for name, keep in (
         ("throughput.png", drawn),
@@ -608,26 +613,28 @@ def write_report(result: AnalysisResult, report_dir: Path | None = None) -> Anal
     ):
         if not keep:
             (out / name).unlink(missing_ok=True)
+    throughput_png, latency_png, errors_png = out / "throughput.png", out / "latency.png", out / "errors.png"
+    verdict_json = out / "verdict.json"
     paths = ReportPaths(
         report_dir=out,
-        throughput_png=out / "throughput.png" if drawn else None,
-        latency_png=out / "latency.png" if drawn else None,
+        throughput_png=throughput_png if drawn else None,
+        latency_png=latency_png if drawn else None,
         timeline_png=out / "timeline.png",
         steps_csv=out / "steps.csv",
         summary_md=out / "summary.md",
-        errors_png=out / "errors.png" if judged else None,
-        verdict_json=out / "verdict.json" if judged or baseline is not None else None,
+        errors_png=errors_png if judged else None,
+        verdict_json=verdict_json if judged or baseline is not None else None,
         index_html=out / "index.html",
     )
-    invalid = frozenset()
+    invalid: frozenset[int] = frozenset()
     if "valid" in result.table.columns:
         invalid = frozenset(int(s) for s in result.table.loc[~result.table["valid"].astype(bool), "step"])
     steps = result.run.steps.iloc[0:0] if result.single_level else result.run.steps
     jobs = []
     if drawn:
         jobs += [
-            FigureJob(paths.throughput_png, (9, 5.5), lambda ax: plot_throughput(ax, result.table, result.critical)),
-            FigureJob(paths.latency_png, (9, 5.5), lambda ax: plot_latency(ax, result.table, result.critical)),
+            FigureJob(throughput_png, (9, 5.5), lambda ax: plot_throughput(ax, result.table, result.critical)),
+            FigureJob(latency_png, (9, 5.5), lambda ax: plot_latency(ax, result.table, result.critical)),
         ]
     jobs.append(
         FigureJob(
@@ -650,22 +657,22 @@ def write_report(result: AnalysisResult, report_dir: Path | None = None) -> Anal
             ),
         )
     )
-    if judged:
+    if verdict is not None:
         jobs.append(
             FigureJob(
-                paths.errors_png,
+                errors_png,
                 (11, 5),
                 lambda ax: plot_errors(
-                    ax, result.verdict.table, server_log=result.evidence is not None and result.evidence.log is not None
+                    ax, verdict.table, server_log=result.evidence is not None and result.evidence.log is not None
                 ),
             )
         )
 
     def write_data() -> None:
-        if judged:
-            write_verdict_json(result.verdict, paths.verdict_json, thresholds=result.thresholds)
+        if verdict is not None:
+            write_verdict_json(verdict, verdict_json, thresholds=result.thresholds)
         elif baseline is not None:  # the baseline itself, and that no concurrency verdict applies
-            write_baseline_json(baseline, paths.verdict_json, thresholds=result.thresholds)
+            write_baseline_json(baseline, verdict_json, thresholds=result.thresholds)
         write_text_atomic(paths.steps_csv, result.table.to_csv(index=False))
         write_text_atomic(paths.summary_md, summary_markdown(result))
 
@@ -680,7 +687,7 @@ def _display_rows(table: pd.DataFrame, *, markdown: bool = False) -> tuple[list[
     ``server errors`` column only when the server log has error lines in some step, a ``valid``
     column only when the verdict marked some step invalid (the reason is in the verdict block);
     with ``markdown``, also :data:`MARKDOWN_EXTRA_COLUMNS` (those the table has)."""
-    columns = []
+    columns: list[tuple[str, str, str]] = []
     rate = load_axis(table) is RATE
     for column in DISPLAY_COLUMNS:
         if rate and column[0] in RATE_DISPLAY_COLUMNS:
@@ -713,8 +720,8 @@ def _display_rows(table: pd.DataFrame, *, markdown: bool = False) -> tuple[list[
     rows = []
     for record in table.to_dict("records"):
         cells = []
-        for column, _, fmt in columns:
-            value = record[column]
+        for key, _, fmt in columns:
+            value = record[key]
             if fmt == "text":
                 cells.append(str(value))
             elif fmt == "yesno":

@@ -8,6 +8,7 @@ compares them and returns a verdict with its reason.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -153,7 +154,9 @@ def check_config(
             else "requests at its full context length (max_model_len, not reported without the startup log)"
         )
         details.append(f"the engine's own figure: {config.reported_max_concurrency:.2f}x {length}")
-    kwargs = dict(
+    # the fields every answer below carries
+    result = functools.partial(
+        ConfigCheck,
         configured=ceiling,
         configured_name=config.batch_ceiling_name,
         observed_max_running=None if not np.isfinite(observed) else observed,
@@ -161,77 +164,69 @@ def check_config(
         details=tuple(details),
     )
     if ceiling == 1:
-        return ConfigCheck(
+        return result(
             took_effect=False,
             because=(f"the configured {name} = 1 runs one request at a time: batching is off"),
-            **kwargs,
         )
     if not np.isfinite(observed):
-        return ConfigCheck(
+        return result(
             took_effect=None,
             because="the server's running count is not available (no metrics or log with it)",
-            **kwargs,
         )
     queued = np.isfinite(waited) and waited > waiting_threshold
     if ceiling is None:
         if observed <= 1 + 1e-9 and queued:
-            return ConfigCheck(
+            return result(
                 took_effect=False,
                 because=(
                     f"the server ran at most {_fmt(observed)} request at a time while requests "
                     f"waited (up to {waited:.2f} on average in a step): batching is not in effect"
                 ),
-                **kwargs,
             )
-        return ConfigCheck(
+        return result(
             took_effect=None,
             because=(f"the configured batch ceiling was not found; running reached {_fmt(observed)}"),
-            **kwargs,
         )
     if observed > ceiling + tolerance:
-        return ConfigCheck(
+        return result(
             took_effect=False,
             because=(
                 f"running reached {_fmt(observed)}, above the configured {name} = {ceiling}: the "
                 "server is not running with the settings read"
             ),
-            **kwargs,
         )
     if observed >= ceiling - tolerance:
         because = f"running reached the configured {name} = {ceiling} (highest running {_fmt(observed)})"
         if kv_requests is not None and kv_requests < ceiling:
             because += f"; note the KV cache holds only {kv_requests:.1f} such requests"
-        return ConfigCheck(took_effect=True, because=because, **kwargs)
+        return result(took_effect=True, because=because)
     hint = (  # why running may stay below the ceiling while requests wait
         f"; the KV cache holds only {kv_requests:.1f} requests of this workload"
         if kv_requests is not None and kv_requests < ceiling
         else ""
     )
     if np.isfinite(load) and load >= ceiling and queued:
-        return ConfigCheck(
+        return result(
             took_effect=False,
             because=(
                 f"requests waited (up to {waited:.2f}) while running stayed at or below "
                 f"{_fmt(observed)}, under the configured {name} = {ceiling}{hint}"
             ),
-            **kwargs,
         )
     reach = "" if not np.isfinite(load) else f" (highest load tested {axis.fmt(load)})"
     if queued:  # below the ceiling with a queue, but the load never reached the ceiling
-        return ConfigCheck(
+        return result(
             took_effect=None,
             because=(
                 f"running peaked at {_fmt(observed)}, below the configured {name} = {ceiling}, while "
                 f"requests waited (up to {waited:.2f}), but the load never reached the ceiling{reach}: "
                 f"something below the ceiling holds requests back{hint}"
             ),
-            **kwargs,
         )
-    return ConfigCheck(
+    return result(
         took_effect=None,
         because=(
             f"running peaked at {_fmt(observed)}, below the configured {name} = {ceiling}, without "
             f"requests waiting: the load never filled the batch{reach}"
         ),
-        **kwargs,
     )

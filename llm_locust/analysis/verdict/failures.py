@@ -376,7 +376,7 @@ def timeout_cause(table: pd.DataFrame, timeouts_s: dict, rules: Rules) -> Eviden
         counts = {k: n for k, n in parse_kinds(row["error_kinds"]).items() if k in TIMEOUT_FLAGS}
         if not counts:
             continue
-        main = max(counts, key=counts.get)
+        main = max(counts, key=counts.__getitem__)
         key, flag = TIMEOUT_FLAGS[main]
         limit_s = float((timeouts_s or {}).get(key) or math.nan)
         waiting = float(row["server_waiting"])

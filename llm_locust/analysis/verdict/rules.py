@@ -645,7 +645,8 @@ def _none_rule(
         )
         return Evidence(rule="none", kind=K.NONE, holds=primary, values=values, units=units, text=text)
     target = max(2 * top, 2 * float(config.batch_ceiling or 0)) if axis is USERS else 2 * top
-    nxt, users = [], top
+    nxt: list[float] = []
+    users = top
     while len(nxt) < 2 or users < target:
         users *= 2
         nxt.append(users)
