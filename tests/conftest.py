@@ -217,7 +217,8 @@ def _sleep_forever() -> None:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Start the real servers' setups in the background when any real-server test is selected
+    """Mark the quick path (every unit test outside a ``long`` module gets ``quick``), and start the
+    real servers' setups in the background when any real-server test is selected
     (not in an xdist worker: there the controller starts them,
     :func:`pytest_xdist_node_collection_finished`).
 
@@ -229,6 +230,10 @@ def pytest_collection_modifyitems(session, config, items):
     real = TESTS / "real"
     if not _xdist_worker(config) and any(Path(str(item.path)).is_relative_to(real) for item in items):
         _start_background_setup(config)
+    unit = TESTS / "unit"
+    for item in items:
+        if Path(str(item.path)).is_relative_to(unit) and item.get_closest_marker("long") is None:
+            item.add_marker(pytest.mark.quick)
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own (a firstresult hook)

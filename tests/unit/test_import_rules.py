@@ -21,8 +21,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import llm_locust
 from llm_locust import analysis
+
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,6 +14,8 @@ from llm_locust.analysis.analyzecmd import main
 from llm_locust.analysis.verdict.jsonout import BASELINE_NOTE, SCHEMA_PATH
 from tests.analysis_factories import T0, make_request, server_row, synthetic_ladder, write_run_dir
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

@@ -14,6 +14,8 @@ from llm_locust.analysis.perrequest.faults import outage_spells, step_faults
 from llm_locust.analysis.pipeline import analyze_run
 from tests.analysis_factories import T0, make_request, scenario_ladder, step_spec, write_run_dir
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 
 def frame(rows: list[tuple[float, float, str, float]]) -> pd.DataFrame:
     """(t_start_s, e2e_ms, error_kind, backoff_ms) rows."""

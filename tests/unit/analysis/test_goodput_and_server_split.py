@@ -12,6 +12,8 @@ from llm_locust.analysis.perstep.goodput import parse_slo
 from llm_locust.analysis.pipeline import analyze_run
 from tests.analysis_factories import T0, make_request, write_run_dir
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 DWELL_S = 10.0
 USERS = (1, 2, 4)
 

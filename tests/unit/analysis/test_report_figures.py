@@ -20,6 +20,8 @@ import pytest
 
 from llm_locust.analysis.report.figures import FigureJob, fork_is_safe, save_figures
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 REPO = Path(__file__).resolve().parents[3]
 
 SCENARIOS = textwrap.dedent(

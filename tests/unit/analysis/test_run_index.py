@@ -3,8 +3,12 @@
 import json
 from html.parser import HTMLParser
 
+import pytest
+
 from llm_locust.analysis.pipeline import analyze_run
 from tests.analysis_factories import synthetic_ladder
+
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
 
 
 class _Page(HTMLParser):

@@ -19,6 +19,8 @@ import pytest
 from llm_locust.analysis.analyzecmd import main
 from tests.analysis_factories import synthetic_ladder
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 CLIENT_COLUMNS = ["step", "target_users", "completed", "output_tps", "request_rps", "ttft_p50_ms", "tpot_p50_ms",
                   "e2e_p50_ms", "errors"]  # fmt: skip
 SERVER_COLUMNS = ["server_running", "server_waiting", "kv_usage_ratio"]

@@ -12,6 +12,8 @@ from llm_locust.analysis.rundir.reader import load_run
 from llm_locust.master.runwriter import CsvAppender
 from tests.analysis_factories import REQUEST_COLUMNS, T0, make_request, write_run_dir
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 NOTE = "requests.csv ends in a partial row (cut mid-write?): 1 row dropped"
 
 

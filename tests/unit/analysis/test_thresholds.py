@@ -24,6 +24,8 @@ from llm_locust.analysis.thresholds import (
 from llm_locust.analysis.verdict.jsonout import SCHEMA_PATH
 from tests.analysis_factories import T0, scenario_ladder, step_spec
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 DWELL_S = 10.0
 USERS = (1, 2, 4, 8)
 

@@ -16,6 +16,8 @@ from tests.locust_env import make_users
 from tests.scripted_server import sse_script
 from tests.sse_payloads import DONE, chat, sse
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 # the documented bounds, written out: the n-th failure in a row waits within [low, high] s
 DOCUMENTED = [(0.05, 0.1), (0.1, 0.2), (0.2, 0.4), (0.4, 0.8), (0.8, 1.6), (1.0, 2.0), (1.0, 2.0), (1.0, 2.0)]
 

@@ -14,6 +14,8 @@ from tests.locust_env import make_user, make_users
 from tests.scripted_server import sse_script
 from tests.sse_payloads import DONE, chat, sse
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 STREAM = [(0.02, sse(chat(role=True))), (0.02, sse(chat("a"))), (0.1, sse(chat("b", finish="length"))), (0.0, DONE)]
 
 

@@ -9,11 +9,14 @@ import time
 import types
 
 import gevent
+import pytest
 from locust.env import Environment
 
 from llm_locust.client.load import CLIENT_LOAD_COLUMNS, ClientLoadSampler
 from llm_locust.client.watchdog import Deadline, Watchdog
 from llm_locust.master.shipping import RowShipper
+
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
 
 
 def test_watchdog_counts_exchanges_from_arm_to_disarm():

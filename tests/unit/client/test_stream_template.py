@@ -19,6 +19,8 @@ from llm_locust.client.watchdog import Watchdog
 from tests.scripted_server import sse_script
 from tests.sse_payloads import DONE, chat, sse, usage_chunk
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 REQUEST = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
 
 TOKENS = [

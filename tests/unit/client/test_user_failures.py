@@ -16,6 +16,8 @@ from tests.locust_env import make_user
 from tests.scripted_server import sse_script
 from tests.sse_payloads import DONE, chat, sse, usage_chunk
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 ROLE, A, B = sse(chat(role=True)), sse(chat("a")), sse(chat("b"))
 
 

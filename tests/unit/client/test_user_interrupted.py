@@ -19,6 +19,8 @@ from tests.locust_env import make_user
 from tests.scripted_server import sse_script
 from tests.sse_payloads import DONE, chat, sse
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 TOKENS_BEFORE_KILL = 3
 """Token events the server sends 50 ms apart; the next one comes 5 s later, after the kill."""
 

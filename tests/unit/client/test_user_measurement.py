@@ -20,6 +20,8 @@ from tests.locust_env import make_user
 from tests.scripted_server import sse_script
 from tests.sse_payloads import DONE, chat, sse, usage_chunk
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 
 def stamps_ms(record, log: dict, write_index: int) -> float:
     """The server's send time of write ``write_index``, as ms after the client's send."""

@@ -22,6 +22,8 @@ import yaml
 
 from llm_locust.cli import parse_locust_args
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 ROOT = Path(__file__).resolve().parents[3]
 K8S = ROOT / "k8s"
 KUSTOMIZATIONS = sorted(

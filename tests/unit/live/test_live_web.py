@@ -19,6 +19,8 @@ from llm_locust.client.user import LLMUser
 from llm_locust.live.web import INJECT, TAB_KEY
 from llm_locust.master.recorder import install
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 
 class ChatUser(LLMUser):
     host = "http://127.0.0.1:9"

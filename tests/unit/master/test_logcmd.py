@@ -24,6 +24,8 @@ from llm_locust.options import validate_options
 from llm_locust.wallclock import local_wall_s
 from tests.conftest import fixture_path
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 REF = 1764505309.0  # 2025-11-30 12:21:49 UTC, the fixture's first stamp (vLLM prints no year)
 HEAD_LINES = 40  # printed at once (the startup: kubectl logs -f prints the log so far), then a pause
 

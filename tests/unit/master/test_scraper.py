@@ -14,6 +14,8 @@ from llm_locust.master.scraper import REFUSED_HINT, MetricsScraper
 from llm_locust.run.launcher import free_port
 from tests.scripted_server import body_script
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 METRICS_TEXT = (
     "# TYPE vllm:num_requests_running gauge\n"
     'vllm:num_requests_running{engine="0"} 3.0\n'

@@ -15,6 +15,8 @@ import pytest
 from llm_locust.cli import SUBCOMMANDS, build_parser, locust_parser
 from llm_locust.clihelp import HelpFormatter
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 
 def command_parser(name: str) -> argparse.ArgumentParser:
     sub = next(a for a in build_parser(name)._actions if isinstance(a, argparse._SubParsersAction))

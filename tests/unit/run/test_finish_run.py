@@ -11,6 +11,8 @@ import pytest
 from llm_locust.client.record import CSV_COLUMNS
 from llm_locust.run.postrun import finish_run
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 
 def write_requests(run_dir, kinds: list[str]) -> None:
     run_dir.mkdir(exist_ok=True)

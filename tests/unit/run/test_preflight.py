@@ -15,6 +15,8 @@ from llm_locust.client.models import host_problem
 from tests.conftest import REPO, server_log, stop
 from tests.scripted_server import sse_script
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 
 def json_answer(body: str, status: str = "200 OK") -> dict:
     return sse_script([(0.0, body)], status=status, framing="length", content_type="application/json")

@@ -15,6 +15,8 @@ from llm_locust.run.launcher import free_port
 from llm_locust.simserver.config import SimConfig
 from llm_locust.simserver.server import serve
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 BODY = {
     "model": "sim-llama",
     "messages": [{"role": "user", "content": "hi"}],

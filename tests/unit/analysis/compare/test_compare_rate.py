@@ -22,6 +22,8 @@ from llm_locust.analysis.compare.table import format_round_table
 from llm_locust.analysis.loadaxis import RATE
 from tests.unit.analysis.compare.rounds_factory import TOKENS, ladder_round, rate_round
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 WINDOW_S = 15.0  # dwell 20 s - warm-up 5 s
 
 

@@ -40,6 +40,8 @@ from llm_locust.analysis.server.userformat import load_user_format
 from tests.conftest import REPO, fixture_path
 from tests.serverlog_helpers import unix, value_at
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 REF = unix(2025, 11, 30, 12, 0, 0)
 BIG = 10_000_000  # characters of an adversarial line
 

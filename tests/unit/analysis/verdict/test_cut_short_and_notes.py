@@ -13,6 +13,8 @@ from llm_locust.analysis.verdict.recommend import recommend
 from llm_locust.analysis.verdict.types import BottleneckKind, Evidence
 from tests.analysis_factories import T0, client_load_row, synthetic_ladder, write_client_load
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 PLANNED = [1, 2, 4, 8, 16, 32]
 
 

@@ -19,6 +19,8 @@ from llm_locust.analysis.pipeline import analyze
 from llm_locust.analysis.rundir.reader import load_run
 from tests.analysis_factories import T0, make_request, server_row, write_run_dir
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 LADDER, SLOTS, QUEUE, DWELL_S = (1, 2, 4, 8, 16), 4, 2, 10.0
 
 

@@ -21,6 +21,8 @@ from llm_locust.analysis.verdict import ClientSide, ServerSide, diagnose
 from llm_locust.analysis.verdict.jsonout import verdict_json
 from tests.verdict_contract import contract_problems
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 T0 = 1_700_000_000.0
 
 

@@ -18,6 +18,8 @@ from tests.analysis_factories import (
     write_client_load,
 )
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 
 def schema():
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))

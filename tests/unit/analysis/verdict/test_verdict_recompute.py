@@ -11,6 +11,8 @@ import pytest
 from llm_locust.analysis.pipeline import analyze_run
 from tests.analysis_factories import T0, scenario_ladder, step_spec
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 DWELL_S = 10.0
 
 

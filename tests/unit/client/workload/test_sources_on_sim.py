@@ -13,6 +13,8 @@ from llm_locust.run.demo import SIM_MODEL, start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
 from tests.locust_env import make_users
 
+pytestmark = pytest.mark.long  # seconds of work: left out of the quick path (-m quick)
+
 CHAT_TEMPLATE_TOKENS = 4 + 3
 
 
