@@ -93,6 +93,25 @@ def prefix_cache_unused(
     ``rules.max_prefix_hit_ratio``. Values: that highest ratio, the prompt tokens looked up over
     those steps, the shared prefix, the replicas scraped and, as read from the configuration,
     whether prefix caching was on (1/0, NaN unknown).
+
+    Parameters
+    ----------
+    usable : pandas.DataFrame
+        The usable steps (``prefix_cache_hit_ratio`` 0-1, ``prefix_cache_queried_tokens``
+        tokens: :mod:`llm_locust.analysis.perstep.inputs`).
+    shared : SharedPrefix or None
+        How the prompts share prefixes (:meth:`SharedPrefix.from_workload`).
+    config : ServerConfig
+        Its ``prefix_caching`` says whether to ask for the cache or look elsewhere.
+    replicas : int
+        Servers scraped (1 for one server).
+    rules : Rules
+        ``max_prefix_hit_ratio``.
+
+    Returns
+    -------
+    Evidence
+        Kind ``none``: a note beside the verdict, never its primary kind.
     """
     values = {
         "prefix_cache_hit_ratio_max": math.nan,

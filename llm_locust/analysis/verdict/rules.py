@@ -333,7 +333,7 @@ def diagnose(
     ev["server_fields_missing"] = server_fields(table, server.family)
     ev["client_load_missing"] = client_load_note(client, rules)
     ev["prefix_cache_unused"] = prefix_cache_unused(
-        usable, shared_prefix, config, replicas=len(server.replica_ceilings), rules=rules
+        usable, shared_prefix, config, replicas=max(1, len(server.replica_ceilings)), rules=rules
     )
 
     secondary = (
