@@ -37,6 +37,7 @@ from llm_locust.client.prompts import load_prompts, prompt_set_sha256
 from llm_locust.client.spawncache import install_default_args_cache
 from llm_locust.master.clocksync import ClockResponder
 from llm_locust.master.config import MasterConfig, metrics_targets, metrics_urls, parse_labels, targets_line
+from llm_locust.master.healgate import HealGate, install_ping_answer
 from llm_locust.master.promptquit import install_final_stats_csv, install_prompt_quit
 from llm_locust.master.runwriter import RunDirectory
 from llm_locust.master.scraper import MetricsScraper
@@ -141,6 +142,7 @@ class RunRecorder:
         self.worker_loss: WorkerLossWatch | None = None
         if self.shipper.role == "master":
             self.worker_loss = WorkerLossWatch(environment, on_change=self._refresh_meta)
+            HealGate(environment)  # a missing worker is back only when it answers, not on stale heartbeats
         events = environment.events
         events.test_start.add_listener(self._on_test_start)
         events.spawning_complete.add_listener(self._on_spawning_complete)
@@ -402,6 +404,7 @@ def install(events) -> None:
             environment.llm_record_shipper = RecordShipper(environment, None)  # --records-window: read per report
             install_cpu_reporting(environment)
             install_process_reporting(environment)
+            install_ping_answer(environment)
             ClientLoadSampler(environment, RowShipper(environment, LOAD_KEY, None))
             announce_ready(environment)  # last: the master sends users only after this
         elif environment.parsed_options is not None and environment.parsed_options.run_dir:

@@ -102,6 +102,16 @@ class NamespaceNetwork:
             _ip("-n", name, "addr", "add", f"{address}/{PREFIX_LEN}", "dev", "eth0")
             _ip("-n", name, "link", "set", "eth0", "up")
 
+    def set_link(self, host: str, *, up: bool, side: str = "host") -> None:
+        """Take ``host``'s link down or up again: its own ``eth0`` (``side="host"``), or the switch's
+        port to it (``side="switch"``: the network's side, as a switch or cable failing)."""
+        if side == "host":
+            _ip("-n", self.ns(host), "link", "set", "eth0", "up" if up else "down")
+        elif side == "switch":
+            _ip("-n", self.switch, "link", "set", f"p{list(self.address).index(host)}", "up" if up else "down")
+        else:
+            raise ValueError(f"side {side!r}: 'host' or 'switch'")
+
     def routes(self, host: str) -> list[str]:
         """``ip route`` of ``host``'s namespace, one line per route."""
         return [line.strip() for line in _ip("-n", self.ns(host), "route", "show").stdout.splitlines() if line.strip()]

@@ -43,8 +43,13 @@ A step can also be **incomplete**: not fully measured, so neither the client nor
 judged on it (invalid, left out of the knee, and never evidence for ``client``):
 
 - the run's stop cut it: it holds requests of kind ``interrupted`` (in flight when the test
-  stopped: Ctrl-C, SIGTERM, a timeout), or its window reaches past the moment the users
-  stopped (``ClientSide.stopped_at_s``, the first interrupted request's end);
+  stopped: Ctrl-C, SIGTERM, a timeout) and its window reaches the moment the users stopped, or
+  reaches past it (``ClientSide.stopped_at_s``: the first end of an interrupted request after which
+  no request started, :data:`STOP_BURST_S`). A user Locust stops mid-run to dispatch its users
+  again - a worker joining, one started again after a loss, one healing - leaves an
+  ``interrupted`` request too, and the run goes on: that is not the stop, and the steps after it
+  are judged (a worker restarted after a network cut: step 1 read 'the run was stopped during
+  this step', tests/e2e/test_worker_partitioned.py);
 - records are missing: ``requests.csv`` has fewer rows than the master counted
   (``client_report.json`` ``requests``: a file cut or lost), and the window ends after the last
   record (``ClientSide.records_end_s``).
@@ -62,6 +67,11 @@ from llm_locust.analysis.perrequest.faults import outage_spells
 from llm_locust.analysis.verdict.hiddenqueue import hidden_inflight
 from llm_locust.analysis.verdict.outage import outage_reason
 from llm_locust.analysis.verdict.types import BottleneckKind, Evidence, Rules
+
+STOP_BURST_S = 1.0
+"""The run's stop cuts every request in flight at once and no request starts after it: an
+``interrupted`` request counts as the stop's only when it ended at most this long before the
+last request's start (s; the workers hear the stop a few ms apart)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +96,8 @@ class ClientSide:
         Worker processes (run.json ``workers``), when known.
     stopped_at_s : float or None
         When the run's stop cut the requests in flight (Unix s; the earliest end of an
-        ``interrupted`` request), if it did.
+        ``interrupted`` request at most :data:`STOP_BURST_S` before the last request's start),
+        if it did.
     records_end_s : float or None
         When records are missing (fewer rows than the master counted): the end of the last
         record (Unix s); None when every request is there.
@@ -133,7 +144,8 @@ class ClientSide:
         missing = 0
         if requests is not None and len(requests):
             t_end = requests["t_start_s"].astype(float) + requests["e2e_ms"].astype(float) / 1000.0
-            interrupted = t_end[requests["error_kind"] == "interrupted"]
+            last_start_s = float(requests["t_start_s"].astype(float).max())
+            interrupted = t_end[(requests["error_kind"] == "interrupted") & (t_end >= last_start_s - STOP_BURST_S)]
             if len(interrupted) and np.isfinite(interrupted).any():
                 stopped_at_s = float(interrupted.min())
             if reported_requests is not None and reported_requests > len(requests):
@@ -282,7 +294,10 @@ def client_validity(table: pd.DataFrame, client: ClientSide, rules: Rules) -> pd
 def _incomplete(row: pd.Series, client: ClientSide) -> str:
     """Why the step was not fully measured ("" when it was; module docstring)."""
     kinds = str(row.get("error_kinds", "") or "")
-    if "interrupted" in kinds or (client.stopped_at_s is not None and row["window_end_s"] > client.stopped_at_s + 1.0):
+    stop = client.stopped_at_s
+    if stop is not None and (
+        ("interrupted" in kinds and row["window_end_s"] >= stop) or row["window_end_s"] > stop + 1.0
+    ):
         return "incomplete: the run was stopped during this step (requests interrupted), so it is not judged"
     if client.records_end_s is not None and row["window_end_s"] > client.records_end_s + 1.0:
         return (

@@ -133,3 +133,26 @@ def test_more_steps_asked_for_are_the_ones_the_evidence_names():
     )
     (rec,) = recommend(BottleneckKind.NONE, (), {"none": none}, family="vllm", critical_users=None, client_flags={})
     assert rec.change == "add ladder steps 32, 64, 128"
+
+
+def test_a_user_stopped_mid_run_is_not_the_runs_stop(tmp_path):
+    """Locust stops a user to dispatch the users again when a worker joins (one started again
+    after a network cut, tests/e2e/test_worker_partitioned.py): its request in flight is recorded
+    ``interrupted`` 5 s into step 1, and the run goes on to step 3's end. The steps after it are
+    judged: the stop is only an interruption no request started after."""
+    run = synthetic_ladder(tmp_path / "run", users=(1, 2, 4, 8), max_num_seqs=64)
+    plan(run, [1, 2, 4, 8])
+    requests = pd.read_csv(run / "requests.csv", keep_default_na=False)
+    end_s = requests["t_start_s"] + requests["e2e_ms"] / 1000.0
+    stopped_s = T0 + 20.0 + 5.0
+    [index] = requests.index[(requests["t_start_s"] < stopped_s) & (end_s > stopped_s)][:1]
+    requests.loc[index, "error_kind"] = "interrupted"
+    requests.loc[index, "e2e_ms"] = (stopped_s - requests.loc[index, "t_start_s"]) * 1000.0
+    requests.to_csv(run / "requests.csv", index=False)
+    assert (requests["t_start_s"] > stopped_s + 30.0).sum() > 50  # the run went on
+
+    table = analyze_run(run, write=False).verdict.table
+    assert not table["incomplete"].any(), table["invalid_reason"].tolist()
+    assert table["valid"].all(), table["invalid_reason"].tolist()
+    verdict = verdict_of(run)
+    assert rule(verdict, "none")["values"]["highest_users"] == 8 and "cut_short" not in rule(verdict, "none")["values"]
