@@ -18,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from llm_locust.argtypes import non_negative_int, positive_float
 from llm_locust.clihelp import (
     HelpFormatter,
     Parser,
@@ -43,23 +44,6 @@ __all__ = [
 PROGRESS_EVERY_S = 10.0
 """Seconds between the progress lines of a run (``--quiet``: none)."""
 SHAPE_LOCUSTFILES = {"ladder": "ladder.py", "baseline": "baseline.py", "rate": "rate.py", "none": "chat_stream.py"}
-
-
-def positive_float(text: str) -> float:
-    """Type of ``--timeout-s``: :func:`llm_locust.options.positive_float`, whose module (Locust's
-    option helpers, requests) is imported only when the flag is given: ``run`` starts its Locust
-    processes before it imports anything heavy."""
-    from llm_locust.options import positive_float as parse
-
-    return parse(text)
-
-
-def non_negative_int(text: str) -> int:
-    """Type of ``--workers`` / ``--remote-workers``: a whole number >= 0."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
 
 
 RUN_OWN_FLAGS_NOTE = """\

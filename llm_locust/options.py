@@ -12,9 +12,14 @@ import math
 import shlex
 import shutil
 
+from llm_locust.argtypes import (
+    finite_non_negative_float,
+    non_negative_float,
+    positive_float,
+    positive_int,
+)
 from llm_locust.client.protocols import ADAPTERS
 from llm_locust.client.workload.options import add_workload_options, validate_workload_options
-from llm_locust.client.workload.source import MAX_INT
 from llm_locust.client.workload.trace import TraceFormat
 
 
@@ -25,41 +30,6 @@ def parse_bool(text: str) -> bool:
     (True, False)
     """
     return text.strip().lower() in ("1", "true", "yes", "on")
-
-
-def non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def finite_non_negative_float(text: str) -> float:
-    """A float from 0 up, not inf (a request body's sampling value: JSON has no nan or inf).
-
-    >>> finite_non_negative_float("0.7")
-    0.7
-    """
-    value = non_negative_float(text)
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    if value > MAX_INT:
-        raise argparse.ArgumentTypeError(f"must be <= {MAX_INT}, got {value}")
-    return value
 
 
 def _ladder(text: str) -> str:

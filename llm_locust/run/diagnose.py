@@ -29,7 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llm_locust.options import MAX_USERS_DEFAULT, parse_ladder, parse_rates, positive_float, positive_int
+from llm_locust.argtypes import positive_float, positive_int
+from llm_locust.options import MAX_USERS_DEFAULT, parse_ladder, parse_rates
 
 REPORT_PAGE = Path("report") / "index.html"
 """The one page of a diagnosis to open, under ``--out`` (:func:`llm_locust.analysis.compare.html.write_index`)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 def add_search_arguments(parser: argparse.ArgumentParser) -> None:
     """The search's flags on ``diagnose``'s parser."""
-    from llm_locust.options import positive_float, positive_int
+    from llm_locust.argtypes import positive_float, positive_int
 
     parser.add_argument(
         "--search",

@@ -28,7 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_locust.client.workload.source import MAX_INT, WorkItem
+from llm_locust.argtypes import MAX_INT
+from llm_locust.client.workload.source import WorkItem
 
 HUMAN_ROLES = ("human", "user")
 REPLY_ROLES = ("gpt", "assistant", "chatgpt", "bing", "bard")

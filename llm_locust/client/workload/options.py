@@ -7,36 +7,22 @@ Added to Locust's parser by :func:`llm_locust.options.add_options`; checked toge
 
 from __future__ import annotations
 
-import argparse
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+from llm_locust.argtypes import non_negative_float, non_negative_int
 
 
 def add_workload_options(group) -> None:
     """Add the workload options to Locust's parser (or an argparse group)."""
     group.add_argument(
-        "--input-tokens", type=_non_negative_int, default=0, metavar="N",
+        "--input-tokens", type=non_negative_int, default=0, metavar="N",
         help="Prompts of exactly N tokens as the server counts them (chat template included), sized with "
              "--tokenizer or by asking the server (usage.prompt_tokens of max_tokens 1 probes); 0 = the prompt set",
     )  # fmt: skip
     group.add_argument(
-        "--input-tokens-stddev", type=_non_negative_float, default=0.0, metavar="TOKENS",
+        "--input-tokens-stddev", type=non_negative_float, default=0.0, metavar="TOKENS",
         help="Standard deviation of the prompt length (normal, clipped at the shortest buildable prompt); 0 = fixed",
     )  # fmt: skip
     group.add_argument(
-        "--shared-prefix-tokens", type=_non_negative_int, default=0, metavar="K",
+        "--shared-prefix-tokens", type=non_negative_int, default=0, metavar="K",
         help="With --input-tokens: the first K tokens of the text are the same in every prompt (prefix caching)",
     )  # fmt: skip
     group.add_argument(
@@ -45,12 +31,12 @@ def add_workload_options(group) -> None:
              "(one prompt per line), in a --seed order; per-item output lengths honoured",
     )  # fmt: skip
     group.add_argument(
-        "--session-turns", type=_non_negative_int, default=0, metavar="K",
+        "--session-turns", type=non_negative_int, default=0, metavar="K",
         help="Multi-turn sessions: each user holds a conversation of K turns, each turn sending the whole history "
              "(its user messages from the prompts above, the server's real answers; --protocol openai-chat); 0 = single turns",
     )  # fmt: skip
     group.add_argument(
-        "--think-time-s", type=_non_negative_float, default=0.0, metavar="S",
+        "--think-time-s", type=non_negative_float, default=0.0, metavar="S",
         help="With --session-turns: pause between a turn's answer and the next turn, s",
     )  # fmt: skip
     group.add_argument("--seed", type=int, default=0, help="Seed of the prompt words, lengths and dataset order")

@@ -15,11 +15,6 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Protocol
 
-MAX_INT = 2**31 - 1
-"""Largest whole number a request field (``max_tokens``) or a count option may carry: what a
-server's JSON parser (a signed 32-bit field in most engines) and Locust's messages (msgpack)
-take; ``--max-tokens 99999999999999999999999`` used to crash the master's spawn message."""
-
 
 class WorkItem(NamedTuple):
     """One request's input.

@@ -359,7 +359,7 @@ def test_the_drain_ends_as_soon_as_the_last_user_is_gone():
 
 @pytest.mark.parametrize("text", ["nan", "inf", "-1", "-0.5", "Infinity"])
 def test_a_temperature_json_cannot_carry_is_refused(text):
-    from llm_locust.options import finite_non_negative_float
+    from llm_locust.argtypes import finite_non_negative_float
 
     with pytest.raises(argparse.ArgumentTypeError):
         finite_non_negative_float(text)
