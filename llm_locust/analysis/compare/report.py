@@ -117,7 +117,7 @@ def compare_rounds(paths: list[Path | str], *, allow_different_workload: bool = 
         check_same_workload(rounds)
     summaries = [summarize_round(r) for r in rounds]
     settings = [round_settings(r, s.server_config) for r, s in zip(rounds, summaries)]
-    changes = [[]] + [describe_changes(settings[0], s) for s in settings[1:]]
+    changes: list[list[str]] = [[]] + [describe_changes(settings[0], s) for s in settings[1:]]
     cells = ["baseline"] + [change_summary(c) for c in changes[1:]]
     attributions = [
         attribute(summaries[0], s, client_changes_only=bool(c) and all(x.startswith("client.") for x in c))

@@ -182,7 +182,8 @@ def table_cells(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     A knee cell (``knee_users``, ``knee_rate_rps``) of a round without a critical load carries
     :data:`NO_KNEE_NOTE`: the number alone would read as a knee found there.
     """
-    headers, rows = [], [[] for _ in range(len(table))]
+    headers: list[str] = []
+    rows: list[list[str]] = [[] for _ in range(len(table))]
     critical_column = next((c for c in ("critical_concurrency", "critical_rate_rps") if c in table.columns), None)
     for column in table.columns:
         header, fmt = _header(column)

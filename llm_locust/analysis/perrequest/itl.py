@@ -78,9 +78,8 @@ def request_itl(
             return np.empty(0), np.empty(0)
         return np.array([(ends_us[0] - ttft_ms * 1000.0) / 1000.0 / weight]), np.array([weight])
     gaps_ms = np.diff(np.concatenate([[times_us[0]], ends_us[1:]])) / 1000.0  # differences taken in us
-    values = [np.array([0.0]), gaps_ms / np.where(counts[1:] > 0, counts[1:], 1.0)]
-    weights = [np.array([max(counts[0] - 1.0, 0.0)]), counts[1:]]
-    values, weights = np.concatenate(values), np.concatenate(weights)
+    values = np.concatenate([np.array([0.0]), gaps_ms / np.where(counts[1:] > 0, counts[1:], 1.0)])
+    weights = np.concatenate([np.array([max(counts[0] - 1.0, 0.0)]), counts[1:]])
     keep = weights > 0
     return values[keep], weights[keep]
 

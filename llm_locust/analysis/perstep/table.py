@@ -433,13 +433,13 @@ def step_server_means(windows: pd.DataFrame, series: pd.DataFrame | None) -> pd.
         One row per window (same order), columns of :data:`MEAN_COLUMNS`, float64; NaN where no
         data covers the window.
     """
-    have = series is not None and len(series) > 0
+    data = series if series is not None and len(series) > 0 else None
     rows = []
     for window in windows.itertuples(index=False):
         start, end = float(window.window_start_s), float(window.window_end_s)
         rows.append(
             {
-                out: (time_average(series["t_s"], series[col], start, end) if have else np.nan)
+                out: (time_average(data["t_s"], data[col], start, end) if data is not None else np.nan)
                 for out, col in MEAN_COLUMNS.items()
             }
         )

@@ -29,7 +29,7 @@ def _concurrency_axis(ax: Axes, users: np.ndarray, axis: LoadAxis = USERS) -> No
     """log2 x axis with ticks at the tested load levels (concurrencies, or offered rates)."""
     tested = np.unique(users[np.isfinite(users) & (users > 0)])
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator(tested))
+    ax.xaxis.set_major_locator(FixedLocator(tested.tolist()))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([fmt_users(u) for u in tested])
     if len(tested) == 1:
@@ -380,7 +380,7 @@ def plot_timeline(
                 colors="black",
                 linestyles="--",
                 linewidth=1,
-                label="target users" if k == 0 else None,
+                label="target users" if k == 0 else "",  # hlines' default: no legend entry
             )
         if not math.isnan(step.target_users):
             ax.text(

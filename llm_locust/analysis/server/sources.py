@@ -335,9 +335,10 @@ def describe_sources(evidence: ServerEvidence, policy: ServerSource, labels: lis
     if resolved in (ServerSource.METRICS, ServerSource.BOTH) and evidence.has(ServerSource.METRICS):
         family = evidence.metrics_family.value if evidence.metrics_family else "?"
         parts.append(f"/metrics ({family} mapping, {scraped_text(evidence)})")
-    if resolved in (ServerSource.LOG, ServerSource.BOTH) and evidence.has(ServerSource.LOG):
-        log = evidence.log
-        parts.append(f"server log ({log.family.value} parser, {log.data_lines} data lines placed by {log.time_source})")
+    log = evidence.log  # not None when it has data
+    if resolved in (ServerSource.LOG, ServerSource.BOTH) and evidence.has(ServerSource.LOG) and log is not None:
+        family = log.family.value if log.family else "?"
+        parts.append(f"server log ({family} parser, {log.data_lines} data lines placed by {log.time_source})")
     counts = {name: labels.count(name) for name in ("metrics", "log", "metrics+log", "")}
     per_step = ", ".join(f"{name or 'none'} in {n}" for name, n in counts.items() if n)
     scrapes = "; ".join(t for t in (scrape_counts_text(evidence.scrapes), refused_scrapes_text(evidence.scrapes)) if t)

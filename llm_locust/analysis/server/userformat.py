@@ -176,11 +176,12 @@ class UserFormat:
         def config(samples: pd.DataFrame) -> ServerConfig:
             out = ServerConfig(engine=self.name)
             for attribute, metric in self.metric_config:
-                value = latest_value(samples, metric)
-                if value is not None and attribute != "version":
-                    value = CONFIG_GROUPS[attribute](value)
-                elif value is not None:
-                    value = str(value)
+                sampled = latest_value(samples, metric)
+                value: object = None
+                if sampled is not None and attribute != "version":
+                    value = CONFIG_GROUPS[attribute](sampled)
+                elif sampled is not None:
+                    value = str(sampled)
                 out = out.with_value(attribute, value, f"/metrics {metric}")
             return out
 

@@ -162,12 +162,11 @@ def metrics_config(
     samples: pd.DataFrame, family: ServerFamily | str | None = None, *, user: FamilyMapping | None = None
 ) -> ServerConfig:
     """Configuration exposed as samples (info gauges) by the detected family."""
-    family = parse_family(family) or detect_family(samples, user)
-    mapping = _mappings(user).get(family) if family is not None else None
-    if mapping is None:
+    found = parse_family(family) or detect_family(samples, user)
+    if found is None or (mapping := _mappings(user).get(found)) is None:
         return ServerConfig()
     config = mapping.config(samples) if mapping.config is not None else ServerConfig()
-    return config if config.engine else dataclasses.replace(config, engine=family.value)
+    return config if config.engine else dataclasses.replace(config, engine=found.value)
 
 
 def _int(value) -> int | None:

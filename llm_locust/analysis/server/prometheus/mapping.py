@@ -183,20 +183,21 @@ def _one_source(samples: pd.DataFrame, specs: tuple[SeriesSpec, ...]) -> pd.Data
     times = np.sort(samples["t_s"].unique())
     out = pd.DataFrame(index=pd.Index(times, name="t_s"))
     for column in dict.fromkeys(spec.column for spec in specs):
-        rows, chosen = None, None
+        found: tuple[pd.DataFrame, SeriesSpec] | None = None
         for spec in (s for s in specs if s.column == column):
             for name in spec.metrics:
                 candidate = samples[samples["metric"] == name]
                 if spec.labels and not candidate.empty:
                     candidate = candidate[_label_mask(candidate, spec.labels)]
                 if not candidate.empty:
-                    rows, chosen = candidate, spec
+                    found = candidate, spec
                     break
-            if rows is not None:
+            if found is not None:
                 break
-        if rows is None:
+        if found is None:
             out[column] = np.nan
             continue
+        rows, chosen = found
         wide = rows.pivot_table(index="t_s", columns="labels", values="value", aggfunc="last")
         wide = wide.reindex(times) * chosen.scale
         if chosen.kind is SampleKind.COUNTER:

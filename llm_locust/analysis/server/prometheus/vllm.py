@@ -61,9 +61,10 @@ def config(samples: pd.DataFrame) -> ServerConfig:
         blocks, size = _int(labels.get("num_gpu_blocks")), _int(labels.get("block_size"))
         kv = blocks * size if blocks is not None and size is not None else None
     out = out.with_value("kv_capacity_tokens", kv, source)
+    reported = labels.get("kv_cache_max_concurrency")
     try:
-        concurrency = float(labels.get("kv_cache_max_concurrency"))
-    except (TypeError, ValueError):
+        concurrency = float(reported) if reported is not None else None
+    except ValueError:
         concurrency = None
     out = out.with_value("reported_max_concurrency", concurrency, source)
     caching = labels.get("enable_prefix_caching")

@@ -34,11 +34,16 @@ class LogParser(Protocol):
     """One log format (a family module such as :mod:`llm_locust.analysis.server.serverlog.vllm`, or a
     :class:`UserLogParser`)."""
 
-    MARKERS: tuple[str, ...]
-    """Strings typical of this format's lines (:func:`detect_log_family` counts them)."""
-    KEEP: tuple[str, ...]
-    """Literals of its data lines: past the log's head only lines holding one are kept
-    (:func:`keep_rule`)."""
+    @property
+    def MARKERS(self) -> tuple[str, ...]:  # read-only: a module constant or a frozen field
+        """Strings typical of this format's lines (:func:`detect_log_family` counts them)."""
+        ...
+
+    @property
+    def KEEP(self) -> tuple[str, ...]:
+        """Literals of its data lines: past the log's head only lines holding one are kept
+        (:func:`keep_rule`)."""
+        ...
 
     def parse(self, log: LogText, clock: LogClock) -> ServerLogResult:
         """The whole log: series, startup configuration, notes, unplaced data lines."""
@@ -119,7 +124,7 @@ def detect_log_family(log: LogText) -> ServerFamily | None:
     """The family whose marker strings occur most in the first 2 MB of the log, or None."""
     head = log.text[:2_000_000]
     scores = {family: sum(head.count(marker) for marker in parser.MARKERS) for family, parser in PARSERS.items()}
-    best = max(scores, key=scores.get)
+    best = max(scores, key=scores.__getitem__)
     return best if scores[best] > 0 else None
 
 

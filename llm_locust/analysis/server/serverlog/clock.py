@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import zoneinfo
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -38,7 +39,8 @@ def parse_tz(name: str) -> dt.tzinfo:
     if text.upper() in ("UTC", "Z", "GMT"):
         return dt.UTC
     if text.lower() == "local":
-        return dt.datetime.now().astimezone().tzinfo
+        # astimezone() always returns an aware datetime; the stubs type every tzinfo as optional
+        return cast(dt.tzinfo, dt.datetime.now().astimezone().tzinfo)
     match = _OFFSET_RE.match(text)
     if match:
         sign = -1 if match.group(1) == "-" else 1

@@ -186,12 +186,12 @@ def config(log: LogText) -> ServerConfig:
     out = ServerConfig(engine=ServerFamily.LLAMACPP.value)
     head = log.text[:4_000_000]
     match = SLOTS_RE.search(head)
-    if match and count_int(match.group(1)) is not None:
+    slots = count_int(match.group(1)) if match else None
+    if match and slots is not None:
         src = f"{log.name} line {int(log.line_no(match.start())) + 1}"
-        slots = count_int(match.group(1))
         out = out.with_value("batch_ceiling", slots, src, batch_ceiling_name="n_slots")
-        if count_int(match.group(2)) is not None:
-            per_slot = count_int(match.group(2))
+        per_slot = count_int(match.group(2))
+        if per_slot is not None:
             out = out.with_value("max_model_len", per_slot, src)
             out = out.with_value("kv_capacity_tokens", slots * per_slot, src)
     build = BUILD_RE.search(head)

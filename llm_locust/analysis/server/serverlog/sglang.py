@@ -87,8 +87,9 @@ def place(log: LogText, lines: np.ndarray, clock: LogClock) -> np.ndarray:
 def parse(log: LogText, clock: LogClock) -> ServerLogResult:
     """Batch lines -> normalised series; the scheduler's startup line -> config."""
     numbers = sorted(set(log.lines_with("Decode batch")) | set(log.lines_with("Prefill batch")))
-    lines, keys = [], []
-    cols = {c: [] for c in ("running", "waiting", "kv_usage_ratio", "gen_tps")}
+    lines: list[int] = []
+    keys: list[str] = []
+    cols: dict[str, list[float]] = {c: [] for c in ("running", "waiting", "kv_usage_ratio", "gen_tps")}
     for number in numbers:
         text = log.line(number)
         kind = KIND_RE.search(text)

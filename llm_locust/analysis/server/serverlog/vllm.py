@@ -95,11 +95,11 @@ def place(log: LogText, lines: np.ndarray, clock: LogClock) -> np.ndarray:
 
 def parse(log: LogText, clock: LogClock) -> ServerLogResult:
     """Stats lines -> normalised series; startup lines -> :class:`ServerConfig`."""
-    lines, engines, cols = (
-        [],
-        [],
-        {c: [] for c in ("running", "waiting", "kv_usage_ratio", "gen_tps", "prompt_tps", "preemptions")},
-    )
+    lines: list[int] = []
+    engines: list[str] = []
+    cols: dict[str, list[float]] = {
+        c: [] for c in ("running", "waiting", "kv_usage_ratio", "gen_tps", "prompt_tps", "preemptions")
+    }
     aggregated = False
     for number in log.lines_with(ANCHOR):
         text = log.line(number)
