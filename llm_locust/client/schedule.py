@@ -27,9 +27,9 @@ workers as ``n // workers`` each plus one for the first ``n % workers``:
     gamma processes is closer to Poisson than one worker's.
 
 A trace replay (``--trace``, :mod:`llm_locust.client.workload.trace`) is one step whose sends are
-the trace's rows: row ``r`` at ``t0_s + offset_s / trace_speed``, worker ``i`` taking the rows
-``r = i, i + workers, ...`` (:func:`trace_send_times`); the step lasts the trace's span over the
-speed plus :data:`TRACE_TAIL_S`, and its rate is rows / step length, so the step's planned sends
+the trace's rows: row ``r`` at ``t0_s + TRACE_HEAD_S + offset_s / trace_speed``, worker ``i``
+taking the rows ``r = i, i + workers, ...`` (:func:`trace_send_times`); the step lasts
+:data:`TRACE_HEAD_S` + the trace's span over the speed + :data:`TRACE_TAIL_S`, and its rate is rows / step length, so the step's planned sends
 (``round(rate * dwell_s)``) are exactly the trace's rows.
 
 Written here (not taken from a library) because it is the measurement itself: the times, the
@@ -48,6 +48,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from llm_locust.client.workload.trace import TraceRow
 
+TRACE_HEAD_S = 0.5
+"""Seconds from a trace replay's step start to its first send: the step's warm-up, in which nothing
+is sent, so no send falls on the step's edge whatever the workers' clock offsets."""
 TRACE_TAIL_S = 1.0
 """Seconds a trace replay's step lasts past its last send (so that send falls inside the step)."""
 
@@ -220,13 +223,13 @@ def total_sends(plan: RatePlan) -> int:
 def trace_plan_step(span_s: float, rows: int, speed: float) -> tuple[float, float]:
     """A trace replay's one step: ``(dwell_s, rate_rps)``.
 
-    ``dwell_s = span_s / speed + TRACE_TAIL_S`` and ``rate_rps = rows / dwell_s``, so
-    :func:`step_sends` of the step is ``rows``.
+    ``dwell_s = TRACE_HEAD_S + span_s / speed + TRACE_TAIL_S`` and ``rate_rps = rows / dwell_s``,
+    so :func:`step_sends` of the step is ``rows``.
 
-    >>> trace_plan_step(10.0, 30, 2.0)
+    >>> trace_plan_step(9.0, 30, 2.0)
     (6.0, 5.0)
     """
-    dwell_s = span_s / speed + TRACE_TAIL_S
+    dwell_s = TRACE_HEAD_S + span_s / speed + TRACE_TAIL_S
     return dwell_s, rows / dwell_s
 
 
@@ -243,8 +246,9 @@ def trace_send_times(plan: RatePlan, rows: Sequence[TraceRow]) -> Iterator[tuple
     Yields
     ------
     (float, TraceRow)
-        ``(scheduled_s, row)``: ``plan.t0_s + row.offset_s / plan.trace_speed`` (master clock,
-        Unix s) for rows ``plan.worker_index, plan.worker_index + plan.workers, ...``.
+        ``(scheduled_s, row)``: ``plan.t0_s + TRACE_HEAD_S + row.offset_s / plan.trace_speed``
+        (master clock, Unix s) for rows ``plan.worker_index, plan.worker_index + plan.workers, ...``.
     """
+    first_s = plan.t0_s + TRACE_HEAD_S
     for row in rows[plan.worker_index :: plan.workers]:
-        yield plan.t0_s + row.offset_s / plan.trace_speed, row
+        yield first_s + row.offset_s / plan.trace_speed, row

@@ -17,9 +17,9 @@ offered rate (``rate_rps``) in ``run.json``. After the last step no new send lea
 requests in flight get ``--drain-s`` to finish, as with the concurrency ladder.
 
 A trace replay (``--trace FILE``) is one such step: the master reads the trace (checked, before
-any load), the step lasts the trace's span over ``--trace-speed`` plus 1 s and offers rows / that
-length (:func:`~llm_locust.client.schedule.trace_plan_step`), with no warm-up left out (the trace
-is the workload); each plan carries the row count and the speed, and each worker sends its share
+any load), the step lasts 0.5 s + the trace's span over ``--trace-speed`` + 1 s and offers rows /
+that length (:func:`~llm_locust.client.schedule.trace_plan_step`); its warm-up is the first 0.5 s,
+in which nothing is sent (every send is in the step's window); each plan carries the row count and the speed, and each worker sends its share
 of the rows at their times (:func:`~llm_locust.client.schedule.trace_send_times`).
 
 A worker that joins after the plans went out gets no plan (its users stay idle): start the run with
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_locust.client.rateuser import PLAN_MESSAGE
-from llm_locust.client.schedule import Arrival, RatePlan, trace_plan_step
+from llm_locust.client.schedule import TRACE_HEAD_S, Arrival, RatePlan, trace_plan_step
 from llm_locust.client.workload.trace import read_trace
 from llm_locust.master.shapes import SPAWN_RATE_USERS_PER_S, _RecordingShape
 from llm_locust.options import rate_ladder, validate_options
@@ -115,7 +115,7 @@ class RateSettings:
         speed = float(options.trace_speed)
         dwell_s, rate_rps = trace_plan_step(trace.span_s, len(trace.rows), speed)
         return cls(
-            rates_rps=(rate_rps,), dwell_s=dwell_s, warmup_s=0.0, drain_s=float(options.drain_s),
+            rates_rps=(rate_rps,), dwell_s=dwell_s, warmup_s=TRACE_HEAD_S, drain_s=float(options.drain_s),
             arrival="trace", burstiness=1.0, max_users=int(options.max_users), seed=max(seed, 0),
             trace_rows=len(trace.rows), trace_speed=speed, trace_file=Path(options.trace).name,
         )  # fmt: skip

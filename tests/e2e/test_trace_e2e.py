@@ -121,6 +121,10 @@ def test_a_mooncake_trace_replayed_at_twice_its_speed_over_two_workers(fresh_hos
 
     run = load_run(run_dir)
     assert run.meta["shape"]["trace_rows"] == ROWS and run.meta["workload"]["trace_format"] == "mooncake"
+    # the first send 0.5 s into the step (its warm-up, nothing sent), the last 1 s before its end
+    step = run.meta["shape"]["steps"][0]
+    assert scheduled[0] == pytest.approx(step["start_s"] + 0.5, abs=1e-6)
+    assert step["end_s"] - scheduled.max() == pytest.approx(1.0, abs=1e-6)
     steps = step_table(run.requests, step_windows(run.steps, run.warmup_s))
     assert len(steps) == 1 and steps["planned_sends"].iloc[0] == ROWS and steps["unsent"].iloc[0] == 0
     assert steps["send_lag_p99_ms"].iloc[0] == pytest.approx(np.quantile(lag_s * 1000.0, 0.99), rel=1e-6)

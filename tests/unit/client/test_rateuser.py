@@ -54,7 +54,7 @@ def test_a_trace_plan_hands_each_user_its_row_at_its_time(tmp_path, caplog):
     trace.write_text("".join(f'{{"timestamp_s": {t}, "input_tokens": 50, "output_tokens": {k + 1}, "session_id": "s{k}"}}\n'
                              for k, t in enumerate([10.0, 10.2, 10.2, 10.6, 11.0])))  # fmt: skip
     environment, (first, second) = environment_and_users(2, "--trace", str(trace))
-    t0 = time.time() + 0.1
+    t0 = time.time() - 0.4  # the first send is 0.5 s after t0
     plan = RatePlan(t0_s=t0, rates_rps=(2.5,), dwell_s=2.0, arrival="constant", burstiness=1.0, seed=0,
                     worker_index=1, workers=2, trace_rows=5, trace_speed=2.0)  # fmt: skip
     environment.runner.send_message(PLAN_MESSAGE, plan.to_message())
@@ -63,9 +63,9 @@ def test_a_trace_plan_hands_each_user_its_row_at_its_time(tmp_path, caplog):
     first.wait_time()
     second.wait_time()
     assert first.ready_to_send() and second.ready_to_send()
-    # at speed 2 row 1 (0.2 s into the trace) is due 0.1 s after t0, row 3 (0.6 s) 0.3 s after
-    assert (first.scheduled_s, first.trace_row, first.trace_session_id) == (pytest.approx(t0 + 0.1), 1, "s1")
-    assert (second.scheduled_s, second.trace_row, second.trace_session_id) == (pytest.approx(t0 + 0.3), 3, "s3")
+    # at speed 2 row 1 (0.2 s into the trace) is due 0.1 s after the first send, row 3 (0.6 s) 0.3 s after
+    assert (first.scheduled_s, first.trace_row, first.trace_session_id) == (pytest.approx(t0 + 0.6), 1, "s1")
+    assert (second.scheduled_s, second.trace_row, second.trace_session_id) == (pytest.approx(t0 + 0.8), 3, "s3")
     assert first.wait_time() == IDLE_S and not first.ready_to_send()
     environment, _ = environment_and_users(1, "--trace", str(trace))
     environment.runner.send_message(PLAN_MESSAGE, {**plan.to_message(), "trace_rows": 6})

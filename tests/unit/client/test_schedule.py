@@ -111,11 +111,11 @@ def test_a_trace_split_over_workers_is_every_row_once_at_its_scaled_time(workers
     offsets = [0.0, 0.0, 0.4, 1.0, 1.0, 2.5, 3.0]
     rows = [TraceRow(i, i + 1, t, 10, 1) for i, t in enumerate(offsets)]
     dwell_s, rate = trace_plan_step(offsets[-1], len(rows), 2.0)
-    assert dwell_s == 1.5 + 1.0 and step_sends(rate, dwell_s) == len(rows)  # the step plans every row
+    assert dwell_s == 0.5 + 1.5 + 1.0 and step_sends(rate, dwell_s) == len(rows)  # the step plans every row
     sends = []
     for i in range(workers):
         p = plan(rates_rps=(rate,), dwell_s=dwell_s, worker_index=i, workers=workers, trace_rows=7, trace_speed=2.0)
         mine = list(trace_send_times(p, rows))
         assert [r.row_index for _, r in mine] == list(range(i, 7, workers))
         sends += mine
-    assert sorted((r.row_index, t) for t, r in sends) == [(i, 1000.0 + t / 2.0) for i, t in enumerate(offsets)]
+    assert sorted((r.row_index, t) for t, r in sends) == [(i, 1000.5 + t / 2.0) for i, t in enumerate(offsets)]
