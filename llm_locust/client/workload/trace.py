@@ -304,8 +304,8 @@ def read_trace(path: str | Path, trace_format: str) -> Trace:
     rows, previous = [], origin
     for index, (line, t_s, input_tokens, output_tokens, session, prefix) in enumerate(raw):
         if t_s < previous:
-            raise _fail(path, line, f"timestamp {t_s:g} s is earlier than the line before's ({previous:g} s): "
-                        "a trace must be in arrival order")  # fmt: skip
+            raise _fail(path, line, f"timestamp {t_s - origin:g} s (from the first request) is earlier than the line "
+                        f"before's ({previous - origin:g} s): a trace must be in arrival order")  # fmt: skip
         previous = t_s
         rows.append(TraceRow(index, line, t_s - origin, input_tokens, output_tokens, session, prefix))
     return Trace(path=path, format=TraceFormat(trace_format).value, rows=tuple(rows))

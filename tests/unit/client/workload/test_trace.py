@@ -95,7 +95,7 @@ def test_jsonl_timestamps_or_interarrivals_sessions_and_prefixes(tmp_path):
         ("mooncake", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1,\n', "line 2: not JSON"),
         ("mooncake", '{"timestamp": 0, "input_length": 5}\n', "line 1: missing 'output_length'"),
         ("mooncake", '{"timestamp": 10, "input_length": 5, "output_length": 1}\n'
-                     '{"timestamp": 9, "input_length": 5, "output_length": 1}\n', "line 2: timestamp 0.009 s is earlier"),
+                     '{"timestamp": 9, "input_length": 5, "output_length": 1}\n', "line 2: timestamp -0.001 s (from the first request) is earlier"),
         ("mooncake", '{"timestamp": 0, "input_length": 5.5, "output_length": 1}\n', "line 1: 'input_length' must be an integer"),
         ("mooncake", '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1, "x"]}\n',
          "line 1: 'hash_ids[1]' must be an integer"),
@@ -181,7 +181,9 @@ def test_options_refuse_a_bad_trace_and_the_flags_it_replaces(tmp_path):
     bad = _write(
         tmp_path, "bad.jsonl", MOONCAKE_CONVERSATION + '{"timestamp": 1, "input_length": 3, "output_length": 1}\n'
     )
-    with pytest.raises(ValueError, match=r"^--trace: .*bad.jsonl line 5: timestamp 0.001 s is earlier"):
+    with pytest.raises(
+        ValueError, match=r"^--trace: .*bad.jsonl line 5: timestamp 0.001 s \(from the first request\) is earlier"
+    ):
         validate_options(_options("--trace", bad, "--trace-format", "mooncake"))
     with pytest.raises(ValueError, match="leave out --input-tokens"):
         validate_options(_options("--trace", good, "--trace-format", "mooncake", "--input-tokens", "64"))
