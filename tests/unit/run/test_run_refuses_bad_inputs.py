@@ -48,8 +48,30 @@ HUGE = "99999999999999999999999"
         (["--shape", "rate", "--rate", "0"], None, "--shape rate needs --rate R or --rates"),
         # a rate given to a ladder run used to be ignored without a word
         (["--rate", "5"], None, "--rate/--rates take effect with --shape rate only"),
+        # a trace's bad line, and a trace under a closed-loop shape
+        (
+            ["--trace-format", "mooncake", "--trace"],
+            (
+                "t.jsonl",
+                '{"timestamp": 5, "input_length": 9, "output_length": 1}\n{"timestamp": 4, "input_length": 9}\n',
+            ),
+            "--trace: ",
+        ),
+        (
+            ["--shape", "ladder", "--trace"],
+            ("t.jsonl", '{"timestamp_s": 0, "input_tokens": 9, "output_tokens": 1}\n'),
+            "--trace is replayed open-loop by --shape rate (this run's shape: ladder)",
+        ),
     ],
-    ids=["max-tokens", "dataset-max-tokens", "rate-missing", "rate-zero", "rate-without-rate-shape"],
+    ids=[
+        "max-tokens",
+        "dataset-max-tokens",
+        "rate-missing",
+        "rate-zero",
+        "rate-without-rate-shape",
+        "trace-bad-line",
+        "trace-closed-loop",
+    ],
 )
 def test_out_of_range_or_missing_values_refused_before_any_request(
     scripted_server, tmp_path, capsys, args, file, cause
