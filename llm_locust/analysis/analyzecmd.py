@@ -9,7 +9,14 @@ from pathlib import Path
 from llm_locust.analysis.perrequest.chunks import multi_token_line
 from llm_locust.analysis.perrequest.outcome import RunOutcome, error_lines
 from llm_locust.analysis.perstep.inputs import input_lines
-from llm_locust.analysis.pipeline import ReportWriteError, analyze_run, config_line, critical_line, format_table
+from llm_locust.analysis.pipeline import (
+    ReportWriteError,
+    analyze_run,
+    config_line,
+    critical_line,
+    format_check_lines,
+    format_table,
+)
 from llm_locust.analysis.report.sections import goodput_line
 from llm_locust.analysis.report.verdict import verdict_lines
 from llm_locust.analysis.rundir.reader import RunDirError
@@ -124,7 +131,9 @@ def server_options(args: argparse.Namespace) -> ServerOptions:
 def print_result(result) -> None:
     """Print the per-step table, the verdict block (``Bottleneck: <kind> — …`` with its evidence
     and recommendations), notes, the critical concurrency with its evidence (or why there is
-    none: no request, no success - with the error kinds -, one load level), the written files."""
+    none: no request, no success - with the error kinds -, one load level), the batching-config
+    check, the format file checked against the server log (lines matched per pattern, warnings),
+    the written files. ``analyze``, ``run`` and ``diagnose`` print through it."""
     if result.outcome is not RunOutcome.NO_REQUESTS:
         print(format_table(result.table))
         print()
@@ -156,6 +165,8 @@ def print_result(result) -> None:
         print(config_line(result))
         for detail in result.config_check.details:
             print(f"  {detail}")
+    for line in format_check_lines(result):
+        print(f"  {line}" if line.startswith("warning:") else f"Format file {line}")
     for line in summary_lines(getattr(result, "thresholds", ())):
         print(line)
     for line in input_lines(result.table)[2:-1]:  # without the heading and the blank line

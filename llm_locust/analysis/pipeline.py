@@ -383,6 +383,7 @@ def analyze(
         window_end_s=run.ended_at_s,
         request_tokens=_request_tokens(run),
         waiting_threshold=waiting_threshold,
+        batches=evidence.batches,
     )
     inflight = inflight_binned(inflight_series(run.requests["t_start_s"], end_time_s(run.requests)))
     baseline = baseline_medians(run.requests, shape.get("requests")) if shape.get("kind") == "baseline" else None
@@ -931,6 +932,15 @@ def config_line(result: AnalysisResult) -> str:
     return result.config_check.line if result.config_check is not None else ""
 
 
+def format_check_lines(result: AnalysisResult) -> tuple[str, ...]:
+    """The user format file checked against the server log: the lines each pattern matched,
+    then a warning per pattern that matched none (``ServerLogResult.format_check``); printed by
+    ``analyze``, ``run`` and ``diagnose`` and written to ``summary.md``. Empty without a format
+    file or a log."""
+    evidence = result.evidence
+    return evidence.log.format_check if evidence is not None and evidence.log is not None else ()
+
+
 def server_markdown(result: AnalysisResult) -> list[str]:
     """``summary.md`` lines: the batching-config check and what the server side said."""
     check, evidence = result.config_check, result.evidence
@@ -955,6 +965,7 @@ def server_markdown(result: AnalysisResult) -> list[str]:
         family = log.family.value if log.family else "unrecognised"
         lines.append(f"- server log: {family}, {log.data_lines} data lines, placed by {log.time_source or '-'}")
         lines += [f"- {note}" for note in log.notes]
+        lines += [f"- {line}" for line in format_check_lines(result)]
         if len(log.errors):
             counts = ", ".join(f"{k} {n}" for k, n in count_by_kind(log.errors).items())
             lines.append(f"- server log error lines by kind: {counts}")

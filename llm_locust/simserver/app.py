@@ -1,7 +1,7 @@
 """aiohttp routes of the simulated server: OpenAI-compatible generation, models, health, metrics.
 
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``,
-``GET /health`` (200, empty body), ``GET /metrics`` (Prometheus text); with the generic flavour
+``GET /health`` (200, empty body), ``GET /metrics`` (Prometheus text; 404 with ``metrics`` off); with the generic flavour
 also its own ``POST /generate`` (:mod:`llm_locust.simserver.generic_api`). With ``api_key`` set, the
 ``/v1`` routes answer 401 without ``Authorization: Bearer <api_key>`` (as vLLM's
 ``AuthenticationMiddleware``: ``OPTIONS`` and other paths pass).
@@ -109,7 +109,8 @@ class SimServerApp:
         app.router.add_post("/v1/completions", partial(self._generate, kind=ApiKind.COMPLETIONS))
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
-        app.router.add_get("/metrics", self._metrics)
+        if self._config.metrics:
+            app.router.add_get("/metrics", self._metrics)
         if self._config.flavor == "generic":
             from llm_locust.simserver.generic_api import GenericApi
 

@@ -105,6 +105,8 @@ class SimConfig:
     flavor : str, default "vllm"
         Engine whose log lines and metric names the server writes (:data:`FLAVOR_NAMES`); the
         scheduler is the same whatever the flavour.
+    metrics : bool, default True
+        Serve ``GET /metrics``; False answers it 404, as an in-house server without one.
     api_key : str, default ""
         When set, every ``/v1/...`` request must carry ``Authorization: Bearer <api_key>``, else
         HTTP 401 ``{"error": "Unauthorized"}`` (vLLM's ``--api-key`` / ``VLLM_API_KEY``:
@@ -135,6 +137,7 @@ class SimConfig:
     log_stats_interval_s: float = 2.0
     stats_log: str | None = None
     flavor: str = "vllm"
+    metrics: bool = True
     api_key: str = dataclasses.field(default="", repr=False)
 
     def __post_init__(self) -> None:
@@ -287,6 +290,7 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("--log-stats-interval-s", float, "interval of the vLLM V1 stats log line, s"),
     ("--stats-log", str, "write the log to this file (truncated) instead of stdout"),
     ("--flavor", str, "engine whose log lines and metric names are written: " + ", ".join(FLAVOR_NAMES)),
+    ("--metrics", _bool, "serve GET /metrics; false answers it 404, as an in-house server without one"),
     (
         "--api-key",
         str,

@@ -341,7 +341,16 @@ def describe_sources(evidence: ServerEvidence, policy: ServerSource, labels: lis
         parts.append(f"server log ({family} parser, {log.data_lines} data lines placed by {log.time_source})")
     counts = {name: labels.count(name) for name in ("metrics", "log", "metrics+log", "")}
     per_step = ", ".join(f"{name or 'none'} in {n}" for name, n in counts.items() if n)
-    scrapes = "; ".join(t for t in (scrape_counts_text(evidence.scrapes), refused_scrapes_text(evidence.scrapes)) if t)
+    absent = absent_endpoints_text(evidence.scrapes)
+    counts = "" if absent and not evidence.scrapes["ok"].astype(bool).any() else scrape_counts_text(evidence.scrapes)
+    scrapes = "; ".join(t for t in (counts, absent, refused_scrapes_text(evidence.scrapes)) if t)
+    if not parts and evidence.log is not None and len(evidence.batches):
+        log = evidence.log
+        family = log.family.value if log.family else "?"
+        return (
+            f"server data: the server log's batch lines only ({family} parser, {len(evidence.batches)} batch lines "
+            f"placed by {log.time_source}): running and waiting per step are the batches' mean size and queue"
+        ) + (f"; {scrapes}" if scrapes else "")
     if not parts:
         return f"server data: none (policy {policy.value}): condition (b) skipped, the verdict rests on client data" + (
             f"; {scrapes}" if scrapes else ""
@@ -387,6 +396,31 @@ def scrape_counts_text(scrapes: pd.DataFrame) -> str:
         kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(failed.value_counts().items()))
         text += f", {len(failed)} failed ({kinds})"
     return text
+
+
+ABSENT_STATUSES: frozenset[str] = frozenset({"404", "405", "410", "501"})
+"""HTTP statuses of a first scrape that mean "no metrics endpoint here": the master scrapes such an
+endpoint no further (``llm_locust/master/scraper.py`` ``ABSENT_STATUSES``, the same set)."""
+
+
+def absent_endpoints_text(scrapes: pd.DataFrame) -> str:
+    """The endpoints that have no metrics (their only scrape answered one of
+    :data:`ABSENT_STATUSES`), in words ("" when none).
+
+    >>> absent_endpoints_text(pd.DataFrame({"source": ["http://s/metrics"], "ok": [False],
+    ...                                     "error_kind": ["http_error"], "status_code": ["404"]}))
+    'http://s/metrics: no metrics endpoint (HTTP 404 on the first scrape; not scraped again)'
+    """
+    if scrapes is None or scrapes.empty or "status_code" not in scrapes.columns:
+        return ""
+    codes = scrapes["status_code"].astype(str).str.strip().str.removesuffix(".0")
+    texts = []
+    for source, group in scrapes.assign(code=codes).groupby("source", sort=True):
+        if len(group) == 1 and not bool(group["ok"].iloc[0]) and group["code"].iloc[0] in ABSENT_STATUSES:
+            texts.append(
+                f"{source}: no metrics endpoint (HTTP {group['code'].iloc[0]} on the first scrape; not scraped again)"
+            )
+    return "; ".join(texts)
 
 
 REFUSAL_STATUSES: frozenset[str] = frozenset({"429", "503"})

@@ -533,7 +533,8 @@ def server_fields(table: pd.DataFrame, family: str | None) -> Evidence:
             units=units,
             text="every server field the rules read has data",
         )
-    hint = flags_for(family).fields_hint
+    flags = flags_for(family)
+    hint = flags.kv_hint if missing == ["KV cache usage and preemptions"] and flags.kv_hint else flags.fields_hint
     return Evidence(
         rule="server_fields_missing",
         kind=K.NONE,

@@ -76,6 +76,7 @@ def check_config(
     waiting_threshold: float = 0.5,
     tolerance: float = 0.5,
     min_hold_s: float = 0.05,
+    batches: pd.DataFrame | None = None,
 ) -> ConfigCheck:
     """Compare the configured batch ceiling with what the server did.
 
@@ -83,7 +84,9 @@ def check_config(
     during the run, L the highest tested concurrency and W the highest time-averaged waiting
     of a step:
 
-    R counts only values that held at least ``min_hold_s`` (s).
+    R counts only values that held at least ``min_hold_s`` (s). A log without a running series
+    whose batch lines give each batch's size (a static batcher's ``[[log.batches]]``) has R = the
+    largest batch that started within the run.
 
     - no running data: cannot tell;
     - R > C + ``tolerance``: **no** - the server is not running with the settings read;
@@ -110,6 +113,9 @@ def check_config(
     request_tokens : float, optional
         Mean prompt tokens + max_tokens of this workload (for the KV bound).
     waiting_threshold, tolerance, min_hold_s : float
+    batches : pandas.DataFrame, optional
+        The log's batches (:mod:`analysis.server.batches`: ``t_s``, ``batch_size``), read for R
+        when ``series`` has no running value in the run.
 
     Returns
     -------
@@ -121,6 +127,11 @@ def check_config(
         if len(series)
         else math.nan
     )
+    from_batches = False
+    if not np.isfinite(observed) and batches is not None and len(batches):
+        inside = batches[(batches["t_s"] >= window_start_s) & (batches["t_s"] <= window_end_s)]["batch_size"]
+        if inside.notna().any():
+            observed, from_batches = float(inside.max()), True
     axis = load_axis(table)
     load = float(table[axis.column].max()) if table[axis.column].notna().any() else math.nan
     waits = table["server_waiting"]
@@ -141,7 +152,8 @@ def check_config(
         )
     seen = "-" if not np.isfinite(observed) else _fmt(observed)
     queue = "" if not np.isfinite(waited) else f"; highest step-average waiting {waited:.2f}"
-    details.append(f"observed: highest running {seen}{queue}")
+    largest = " (the largest batch of the log's batch lines)" if from_batches else ""
+    details.append(f"observed: highest running {seen}{largest}{queue}")
     if kv_requests is not None:
         details.append(
             f"theoretical: KV cache of {config.kv_capacity_tokens:,} tokens holds "

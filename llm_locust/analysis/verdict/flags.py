@@ -27,6 +27,9 @@ class FamilyFlags:
     batch_wait: str
     fields_hint: str
     """How to make the server report running/waiting/KV usage."""
+    kv_hint: str = ""
+    """When only the KV cache fields are missing: how to get them, or that the family has none
+    ("" = :attr:`fields_hint`)."""
 
 
 GENERIC = FamilyFlags(
@@ -37,9 +40,9 @@ GENERIC = FamilyFlags(
     queue_limit="the server's queue limit",
     batch_wait="the server's batch wait (batch timeout / max wait) setting",
     fields_hint=(
-        "scrape the server's /metrics (--server-metrics-url) or follow its log "
-        "(--server-log) with a format file naming running/waiting/kv_usage_ratio "
-        "(--server-log-format)"
+        "where the server logs or serves them, a format file names them (--server-log-format: "
+        "[[log.series]] groups running, waiting, kv_usage_ratio, with --server-log; or its [metrics] "
+        "table, with --server-metrics-url)"
     ),
 )
 
@@ -66,6 +69,11 @@ FLAGS: dict[str, FamilyFlags] = {
         fields_hint=(
             "start llama-server with --metrics (llamacpp:requests_processing / "
             "requests_deferred on /metrics) and follow its log (--server-log)"
+        ),
+        kv_hint=(
+            "llama-server b1-0c1e570 reports no KV cache usage (its /metrics has no "
+            "llamacpp:kv_cache_usage_ratio, which older builds served, and its log none): rule "
+            "kv_tokens does the token arithmetic against the startup line's n_ctx_slot instead"
         ),
     ),
     "tgi": FamilyFlags(

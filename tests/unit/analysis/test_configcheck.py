@@ -118,3 +118,16 @@ def test_cannot_tell_below_the_ceiling_with_a_queue_does_not_say_nothing_waited(
     assert "without requests waiting" not in result.because
     assert "while requests waited (up to 6.26)" in result.because
     assert "the load never reached the ceiling (highest load tested 16 users)" in result.because
+
+
+def test_a_static_batchers_batch_lines_give_the_highest_running_when_the_log_has_no_series():
+    """The in-house example of docs/own-server.md: a format file with [[log.batches]] only (no
+    running series); it read 'cannot tell, because the server's running count is not available'
+    beside a step table whose running came from those batch lines."""
+    no_series = running()[:0]
+    batches = pd.DataFrame({"t_s": T0 + np.array([-5.0, 10, 20, 30, 150]), "batch_size": [9.0, 1, 8, 8, 12]})
+    result = check(config(ceiling=8), no_series, table([1, 8, 16], [0, 0, 0]), batches=batches)
+    # 9 before the run and 12 after it are not the run's; within it the largest batch is 8
+    assert result.took_effect is True and result.observed_max_running == 8
+    assert "observed: highest running 8 (the largest batch of the log's batch lines); " in " ".join(result.details)
+    assert check(config(ceiling=8), no_series, table([1, 8, 16], [0, 0, 0])).took_effect is None  # without them

@@ -83,13 +83,30 @@ def test_the_format_file_is_checked_against_the_log():
         "name = 'mine'\n[log]\n"
         "[[log.series]]\npattern = 'batch size=(?P<running>\\d+)'\n"
         "[[log.series]]\npattern = 'queue depth=(?P<waiting>\\d+)'\n"  # this server never logs it
-        "[[log.config]]\npattern = 'slots=(?P<batch_ceiling>\\d+)'\n",  # nor this
+        "[[log.batches]]\npattern = 'started size=(?P<batch_size>\\d+)'\n"
+        "[[log.config]]\npattern = 'slots=(?P<batch_ceiling>\\d+)'\n"  # nor this
+        "[[log.errors]]\nkind = 'queue_full'\npattern = 'queue full'\n"
+        "[[log.errors]]\nkind = 'timeout'\npattern = 'timed out'\n",  # no request timed out
         source="mine.toml",
     )
     lines = [f"2025-11-30 12:00:0{k}.000 batch size={k}" for k in range(3)]
-    notes = parse(lines, reference_s=unix(2025, 11, 30, 12, 0, 0), user_format=fmt).notes
-    assert "mine.toml: lines matched per [[log.series]] pattern: #1 3, #2 0" in notes
-    warned = [n for n in notes if n.startswith("warning: mine.toml")]
-    assert len(warned) == 2
-    assert "[[log.series]] #2 matched no line" in warned[0] and "queue depth=" in warned[0]
-    assert "[[log.config]] #1 matched no line" in warned[1]
+    lines += ["2025-11-30 12:00:04.000 started size=2", "2025-11-30 12:00:05.000 WARN queue full"] * 2
+    result = parse(lines, reference_s=unix(2025, 11, 30, 12, 0, 0), user_format=fmt)
+    assert result.format_check[0] == (
+        "mine.toml: lines of server.log matched per pattern: [[log.series]] #1 3, #2 0; [[log.batches]] #1 2; "
+        "[[log.config]] #1 0; [[log.errors]] #1 2 (queue_full), #2 0 (timeout)"
+    )
+    warned = result.format_check[1:]
+    assert len(warned) == 2  # an error pattern without a line is a run without that failure: no warning
+    assert warned[0].startswith("warning: mine.toml [[log.series]] #2 matched no line of server.log")
+    assert "queue depth=" in warned[0]
+    assert warned[1].startswith("warning: mine.toml [[log.config]] #1 matched no line")
+
+
+def test_a_format_file_of_error_patterns_only_is_checked_too():
+    fmt = load_user_format("[[log.errors]]\nkind = 'rejected'\npattern = 'limiting'\n".replace("[[", "[log]\n[[", 1))
+    result = parse(["no stamp here, limiting connections", "other"], user_format=fmt)
+    assert result.family is None  # no parser for this log, yet the file was checked against it
+    assert result.format_check == (
+        "format file: lines of server.log matched per pattern: [[log.errors]] #1 1 (rejected)",
+    )

@@ -154,7 +154,8 @@ def parse_server_log(
     Returns
     -------
     ServerLogResult
-        With ``errors`` filled; ``family`` None (and only errors) when no parser fits.
+        With ``errors`` filled, and ``format_check`` with a user format; ``family`` None (and
+        only errors) when no parser fits.
 
     Raises
     ------
@@ -172,10 +173,12 @@ def parse_server_log(
         family = ServerFamily.GENERIC  # a log of stamped error lines only (a gateway's: nginx-error)
     extra = user_format.error_patterns if user_format is not None else ()
     errors = scan_errors(log, extra=extra)
+    checked = user.format_check(log, user_format) if user_format is not None else ()
     if family is None:
         return ServerLogResult(
             family=None,
             errors=errors,
+            format_check=checked,
             notes=(
                 "no log parser recognised this log: name the engine (--server-family) or give a "
                 "format file (--server-log-format)"
@@ -208,7 +211,7 @@ def parse_server_log(
             f"{len(result.unplaced_lines)} data line(s) could not be placed in time "
             f"and were left out (first: line {first})"
         )
-    return dataclasses.replace(result, errors=errors, notes=tuple(notes))
+    return dataclasses.replace(result, errors=errors, notes=tuple(notes), format_check=checked)
 
 
 def input_notes(log: LogText) -> list[str]:

@@ -243,6 +243,9 @@ class ServerLogResult:
     time_source : str
         How lines were placed, in words.
     notes : tuple of str
+    format_check : tuple of str
+        With a user format file: the lines each of its patterns matched, then a warning for each
+        series, batch or config pattern that matched none (:func:`analysis.server.serverlog.user.format_check`).
     """
 
     family: ServerFamily | None
@@ -262,6 +265,7 @@ class ServerLogResult:
     unplaced_lines: tuple[int, ...] = ()
     time_source: str = ""
     notes: tuple[str, ...] = ()
+    format_check: tuple[str, ...] = ()
 
 
 def count_int(text: str | None) -> int | None:

@@ -97,13 +97,11 @@ def place(log: LogText, lines: np.ndarray, clock: LogClock, fmt: UserFormat) -> 
 def parse(log: LogText, clock: LogClock, fmt: UserFormat) -> ServerLogResult:
     """Series patterns -> samples -> normalised series; config patterns -> ServerConfig."""
     hits: dict[int, dict[str, str]] = {}
-    matched = [0] * len(fmt.series_patterns)
     for number, text in zip(log.kept_lines().tolist(), log.kept_texts()):
         text = text[:USER_PATTERN_CHARS]
-        for k, regex in enumerate(fmt.series_patterns):
+        for regex in fmt.series_patterns:
             match = regex.search(text)
             if match:
-                matched[k] += 1
                 hits.setdefault(number, {}).update({k: v for k, v in match.groupdict().items() if v is not None})
     numbers = np.array(sorted(hits), dtype=np.int64)
     inline = {n: hits[n]["ts"] for n in hits if "ts" in hits[n]}
@@ -125,28 +123,55 @@ def parse(log: LogText, clock: LogClock, fmt: UserFormat) -> ServerLogResult:
         data_lines=len(numbers),
         unplaced_lines=tuple(int(n) + 1 for n in numbers[~np.isfinite(times)]),
         time_source=how,
-        notes=(f"read with the user format {fmt.source} ({fmt.name})", *pattern_notes(log, fmt, matched)),
+        notes=(f"read with the user format {fmt.source} ({fmt.name})",),
     )
 
 
-def pattern_notes(log: LogText, fmt: UserFormat, series_matched: list[int]) -> list[str]:
-    """The format file checked against the log: lines matched per ``[[log.series]]`` pattern, and
-    a warning for each series or ``[[log.config]]`` pattern that matched no line (a pattern
-    written for other lines, or quoted so that TOML changed it)."""
-    counts = ", ".join(f"#{k + 1} {n}" for k, n in enumerate(series_matched))
-    notes = [f"{fmt.source}: lines matched per [[log.series]] pattern: {counts}"] if series_matched else []
-    for k, n in enumerate(series_matched):
-        if n == 0:
-            notes.append(
-                f"warning: {fmt.source} [[log.series]] #{k + 1} matched no line of {log.name} "
-                f"({fmt.series_patterns[k].pattern!r})"
-            )
-    for k, pattern in enumerate(fmt.config_patterns):
-        if _first_match(log, pattern.regex)[0] is None:
-            notes.append(
-                f"warning: {fmt.source} [[log.config]] #{k + 1} matched no line of {log.name} ({pattern.regex.pattern!r})"
-            )
-    return notes
+def format_check(log: LogText, fmt: UserFormat) -> tuple[str, ...]:
+    """The format file checked against the log: how many lines each of its patterns matched.
+
+    Every pattern of each table (``[[log.series]]``, ``[[log.batches]]``, ``[[log.config]]``,
+    ``[[log.errors]]``) is searched in every kept line's first ``USER_PATTERN_CHARS``
+    characters, as the parsers search them; a line counts once per pattern it matches.
+
+    Returns
+    -------
+    tuple of str
+        ``"<file>: lines of <log> matched per pattern: [[log.series]] #1 40; [[log.errors]] #1 0
+        (queue_full)"`` (tables in that order, only those the file has; an error pattern's kind in
+        brackets), then ``"warning: ..."`` for each series, batch or config pattern that matched
+        no line (a pattern written for other lines, or quoted so that TOML changed it). An error
+        pattern that matched nothing gets no warning: a run without that failure is the usual
+        case. Empty when the file has no log pattern.
+    """
+    tables: list[tuple[str, list[tuple[re.Pattern, str]]]] = [
+        ("[[log.series]]", [(regex, "") for regex in fmt.series_patterns]),
+        ("[[log.batches]]", [(regex, "") for regex in fmt.batch_patterns]),
+        ("[[log.config]]", [(pattern.regex, "") for pattern in fmt.config_patterns]),
+        ("[[log.errors]]", [(re.compile(pattern), kind) for kind, pattern in fmt.error_patterns]),
+    ]
+    tables = [(name, patterns) for name, patterns in tables if patterns]
+    if not tables:
+        return ()
+    regexes = [regex for _, patterns in tables for regex, _ in patterns]
+    counts = [0] * len(regexes)
+    for text in log.kept_texts():
+        text = text[:USER_PATTERN_CHARS]
+        for k, regex in enumerate(regexes):
+            if regex.search(text):
+                counts[k] += 1
+    parts, warnings, k = [], [], 0
+    for name, patterns in tables:
+        items = []
+        for number, (regex, kind) in enumerate(patterns, start=1):
+            items.append(f"#{number} {counts[k]}" + (f" ({kind})" if kind else ""))
+            if counts[k] == 0 and name != "[[log.errors]]":
+                warnings.append(
+                    f"warning: {fmt.source} {name} #{number} matched no line of {log.name} ({regex.pattern!r})"
+                )
+            k += 1
+        parts.append(f"{name} {', '.join(items)}")
+    return (f"{fmt.source}: lines of {log.name} matched per pattern: {'; '.join(parts)}", *warnings)
 
 
 def _float(text: str | None) -> float:
