@@ -114,7 +114,7 @@ def check_config(
         Mean prompt tokens + max_tokens of this workload (for the KV bound).
     waiting_threshold, tolerance, min_hold_s : float
     batches : pandas.DataFrame, optional
-        The log's batches (:mod:`analysis.server.batches`: ``t_s``, ``batch_size``), read for R
+        The log's batches (:mod:`llm_locust.analysis.server.batches`: ``t_s``, ``batch_size``), read for R
         when ``series`` has no running value in the run.
 
     Returns

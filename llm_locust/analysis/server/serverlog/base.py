@@ -245,7 +245,7 @@ class ServerLogResult:
     notes : tuple of str
     format_check : tuple of str
         With a user format file: the lines each of its patterns matched, then a warning for each
-        series, batch or config pattern that matched none (:func:`analysis.server.serverlog.user.format_check`).
+        series, batch or config pattern that matched none (:func:`llm_locust.analysis.server.serverlog.user.format_check`).
     """
 
     family: ServerFamily | None
