@@ -342,10 +342,9 @@ def describe_sources(evidence: ServerEvidence, policy: ServerSource, labels: lis
     counts = {name: labels.count(name) for name in ("metrics", "log", "metrics+log", "")}
     per_step = ", ".join(f"{name or 'none'} in {n}" for name, n in counts.items() if n)
     absent = absent_endpoints_text(evidence.scrapes)
-    counts = "" if absent and not evidence.scrapes["ok"].astype(bool).any() else scrape_counts_text(evidence.scrapes)
-    scrapes = "; ".join(t for t in (counts, absent, refused_scrapes_text(evidence.scrapes)) if t)
-    if not parts and evidence.log is not None and len(evidence.batches):
-        log = evidence.log
+    tally = "" if absent and not evidence.scrapes["ok"].astype(bool).any() else scrape_counts_text(evidence.scrapes)
+    scrapes = "; ".join(t for t in (tally, absent, refused_scrapes_text(evidence.scrapes)) if t)
+    if not parts and log is not None and len(evidence.batches):
         family = log.family.value if log.family else "?"
         return (
             f"server data: the server log's batch lines only ({family} parser, {len(evidence.batches)} batch lines "
