@@ -11,7 +11,11 @@ pauses for :data:`BACKLOG_QUIET_S` (``kubectl logs -f`` prints the log so far, s
 configuration included, at once) or at most :data:`BACKLOG_MAX_S` long, is marked
 ``backlog``: its arrival does not date it, so those lines are placed by their own stamps. At the end the command's process group (its own session, started here) is sent
 SIGTERM, then SIGKILL after :data:`STOP_GRACE_S`, by the PID started, and what it printed until
-then is copied.
+then is copied. The command also ends when the master ends without stopping it (``kill -9``,
+the OOM killer, a pod's end): it runs through :func:`~llm_locust.parentdeath.command_ending_with_this_process`
+(Linux's parent-death signal, SIGTERM; the same process id, so the group is still its PID). A command
+that follows an idle log would otherwise wait on for ever: only its next line would meet the closed
+pipe (tests/e2e/test_launcher_killed.py).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import gevent
 
 from llm_locust.master.logfollow import POLL_S, READ_CHUNK_BYTES, LogFollower
 from llm_locust.options import parse_log_command
+from llm_locust.parentdeath import command_ending_with_this_process
 from llm_locust.wallclock import local_wall_s
 
 logger = logging.getLogger(__name__)
@@ -83,7 +88,7 @@ class CommandLogFollower(LogFollower):
         if self.process is None:
             try:
                 self.process = subprocess.Popen(
-                    self.argv,
+                    command_ending_with_this_process(self.argv),  # SIGTERM when the master ends, however
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,

@@ -3,6 +3,9 @@
 - ``llm-locust run`` with local workers (the master forks them),
 - ``llm-locust diagnose`` in its ladder round,
 - ``llm-locust demo`` (its embedded server too),
+- ``llm-locust run --server-log-cmd CMD``: the command the master follows as the server's log
+  (``kubectl logs -f …``, a session of its own) ends with the master, also when the master is
+  killed outright with its launcher (before: it ran on, printing into a pipe no one read);
 - the Kubernetes Job's master (``llm-locust run --workers 0 --remote-workers 1``, ``k8s/``) with a
   worker started by hand (``python -m locust -f llm_locust/locustfiles/ladder.py --worker …``): there the
   launcher *and* its master are killed (a pod gone), so the worker learns it only from the
@@ -13,7 +16,7 @@ far longer than the test; 1.5 s into its second step, the test takes the process
 process below it (and of the hand-started worker), ``kill -9``s the launcher and requires every
 one of those processes to have ended within :data:`END_WITHIN_S` (by PID and start time, zombies
 counted as ended). Then ``llm-locust analyze`` on the run directory shows the completed step and
-says at which step the run was cut, the step run.json recorded last. The four run side by side
+says at which step the run was cut, the step run.json recorded last. The five run side by side
 against one embedded server (~25 s in all).
 """
 
@@ -66,10 +69,10 @@ def _alive(process: psutil.Process) -> bool:
         return False
 
 
-def _kill_and_watch(launcher: subprocess.Popen, step_dir: Path, *, extra=(), kill_below=False) -> tuple:
+def _kill_and_watch(launcher: subprocess.Popen, step_dir: Path, *, extra=(), kill_below=False, spare="") -> tuple:
     """Once ``step_dir``'s run.json shows step 1, ``kill -9`` ``launcher`` (with ``kill_below``, every
-    process below it too: a pod gone); ``(seconds until every process had ended or None, their
-    command lines left then)``."""
+    process below it too - but those whose command line holds ``spare``, when given: a pod gone);
+    ``(seconds until every process had ended or None, their command lines left then)``."""
     group: list[psutil.Process] = []
     try:
         wait_for_step(step_dir, 1, timeout_s=90)
@@ -79,7 +82,8 @@ def _kill_and_watch(launcher: subprocess.Popen, step_dir: Path, *, extra=(), kil
         assert len(group) >= 2, [p.cmdline() for p in group]
         killed_at = time.monotonic()
         for process in below if kill_below else below[:1]:
-            process.send_signal(signal.SIGKILL)
+            if not spare or spare not in " ".join(process.cmdline()):
+                process.send_signal(signal.SIGKILL)
         launcher.wait(timeout=10)
         while time.monotonic() - killed_at < END_WITHIN_S:
             if not [p for p in group if _alive(p)]:
@@ -142,7 +146,24 @@ def _remote_worker_path(tmp: Path, host: str) -> tuple:
         worker.wait(timeout=10)
 
 
-PATHS = {"run": _run_path, "diagnose": _diagnose_path, "demo": _demo_path, "remote-worker": _remote_worker_path}
+FOLLOWED = "print('followed line', flush=True)"
+"""Marks the ``--server-log-cmd`` command's own process (not killed by the test: its parent is)."""
+
+
+def _log_command_path(tmp: Path, host: str) -> tuple:
+    """``--server-log-cmd`` following an idle log (``kubectl logs -f`` of a server that logs nothing
+    more: one line, then silence - a command that goes on printing dies of the closed pipe at its
+    next line): the launcher and the master killed (a pod gone), the command itself left to end
+    with its master."""
+    run_dir = tmp / "run"
+    follow = f"{sys.executable} -c \"import time\n{FOLLOWED}\ntime.sleep(600)\""
+    launcher = _cli(["run", "--workers", "1", "--no-analyze", "--run-dir", str(run_dir), "--host", host,
+                     "--model", SIM_MODEL, "--server-log-cmd", follow, *COMMON], tmp / "launcher.out")  # fmt: skip
+    return (*_kill_and_watch(launcher, run_dir, kill_below=True, spare=FOLLOWED), run_dir, _analyze(run_dir))
+
+
+PATHS = {"run": _run_path, "diagnose": _diagnose_path, "demo": _demo_path, "remote-worker": _remote_worker_path,
+         "server-log-cmd": _log_command_path}
 
 
 @pytest.fixture(scope="module")
