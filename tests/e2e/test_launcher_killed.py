@@ -156,14 +156,19 @@ def _log_command_path(tmp: Path, host: str) -> tuple:
     next line): the launcher and the master killed (a pod gone), the command itself left to end
     with its master."""
     run_dir = tmp / "run"
-    follow = f"{sys.executable} -c \"import time\n{FOLLOWED}\ntime.sleep(600)\""
+    follow = f'{sys.executable} -c "import time\n{FOLLOWED}\ntime.sleep(600)"'
     launcher = _cli(["run", "--workers", "1", "--no-analyze", "--run-dir", str(run_dir), "--host", host,
                      "--model", SIM_MODEL, "--server-log-cmd", follow, *COMMON], tmp / "launcher.out")  # fmt: skip
     return (*_kill_and_watch(launcher, run_dir, kill_below=True, spare=FOLLOWED), run_dir, _analyze(run_dir))
 
 
-PATHS = {"run": _run_path, "diagnose": _diagnose_path, "demo": _demo_path, "remote-worker": _remote_worker_path,
-         "server-log-cmd": _log_command_path}
+PATHS = {
+    "run": _run_path,
+    "diagnose": _diagnose_path,
+    "demo": _demo_path,
+    "remote-worker": _remote_worker_path,
+    "server-log-cmd": _log_command_path,
+}
 
 
 @pytest.fixture(scope="module")
