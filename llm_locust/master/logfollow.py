@@ -16,6 +16,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 import gevent
 
@@ -60,8 +61,8 @@ class LogFollower:
         self._stamps_file = open(Path(run_dir) / SERVER_LOG_STAMPS, "w", newline="", encoding="utf-8")
         self._stamps = csv.writer(self._stamps_file)
         self._stamps.writerow(STAMP_COLUMNS)
-        self._in = None
-        self._inode = None
+        self._in: BinaryIO | None = None
+        self._inode: int | None = None
         self._offset = 0
         self._partial = b""
         self._backlog = True
@@ -118,7 +119,10 @@ class LogFollower:
                     return 0
         except FileNotFoundError:
             pass  # removed: keep reading the open handle until it is replaced
-        data = self._in.read(READ_CHUNK_BYTES)
+        handle = self._in
+        if handle is None:  # not reached: opened above
+            return 0
+        data = handle.read(READ_CHUNK_BYTES)
         t_s = local_wall_s()
         if not data:
             self._backlog = False
@@ -129,7 +133,7 @@ class LogFollower:
         self._partial = data[cut:]
         if cut:
             self._write(data[:cut], t_s)
-        if len(data) - cut < READ_CHUNK_BYTES and self._in.tell() >= os.fstat(self._in.fileno()).st_size:
+        if len(data) - cut < READ_CHUNK_BYTES and handle.tell() >= os.fstat(handle.fileno()).st_size:
             self._backlog = False
         return len(data)
 

@@ -24,6 +24,7 @@ import os
 import platform
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gevent
 
@@ -50,6 +51,9 @@ from llm_locust.options import add_options, validate_options
 from llm_locust.parentdeath import terminate_self, watch_parent
 from llm_locust.preload import preload_modules
 from llm_locust.wallclock import local_wall_s
+
+if TYPE_CHECKING:  # imported when first needed (make_client_report)
+    from llm_locust.master.clientreport import ClientReport
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +134,7 @@ class RunRecorder:
         self.server_sinks: list = []  # also handed every scrape (e.g. the web UI's live view)
         self.capture: ServerCapture | None = None  # server log, /props, /info (servercapture.py)
         self.shipper = RecordShipper(environment, self._write_requests, csv_sink=self._write_requests_text)
-        self.client_report = None
+        self.client_report: ClientReport | None = None
         if self.shipper.role == "master":  # its module imports numpy and pandas: in the background
             preload_modules(("llm_locust.master.clientreport",))
         else:  # standalone: now, before a time limit starts and while no user measures anything
@@ -298,7 +302,8 @@ class RunRecorder:
             self.meta["worker_processes"] = self.worker_loss.describe_processes()
         if (clocks := getattr(self.environment, "llm_clock_responder", None)) is not None:
             self.meta["clock_offsets"] = clocks.describe()
-        self.run_dir.write_meta(self.meta)
+        if self.run_dir is not None:  # a change before the run began is written with the run's start
+            self.run_dir.write_meta(self.meta)
 
     def _finish(self) -> None:
         if self.run_dir is None:
@@ -340,10 +345,10 @@ class RunRecorder:
                 self.run_dir.requests.rows_written,
                 self.run_dir.server_metrics.rows_written,
             )
-            self._write_client_report()
+            self._write_client_report(self.run_dir)
             self.run_dir.close()
 
-    def _write_client_report(self) -> None:
+    def _write_client_report(self, run_dir: RunDirectory) -> None:
         """``client_report.json`` (see :mod:`llm_locust.master.clientreport`), and its table on stdout."""
         from llm_locust.master.clientreport import format_summary
 
@@ -354,7 +359,7 @@ class RunRecorder:
             if self.worker_loss is not None:
                 losses = [{**loss, "last_report_s": self.worker_loss.last_report_s.get(loss["worker"])}
                           for loss in self.worker_loss.losses()]  # fmt: skip
-            report = self.client_report.write(self.run_dir.path / CLIENT_REPORT, self.run_dir.path / REQUESTS_CSV,
+            report = self.client_report.write(run_dir.path / CLIENT_REPORT, run_dir.path / REQUESTS_CSV,
                                               workers_lost=losses)  # fmt: skip
         except Exception:  # the run's data is on disk already; a report failure must not hide it
             logger.exception("could not write client_report.json")

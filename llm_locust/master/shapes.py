@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import gevent
 from locust import LoadTestShape
-from locust.runners import STATE_MISSING
+from locust.runners import STATE_MISSING, Runner
 
 from llm_locust.options import parse_ladder, validate_options
 from llm_locust.wallclock import local_wall_s
@@ -47,6 +47,19 @@ class _RecordingShape(LoadTestShape):
         self._draining = False
         self._follows_test_start = False
 
+    @property
+    def active_runner(self) -> Runner:
+        """The runner driving this shape (Locust sets :attr:`runner` before the first tick).
+
+        Raises
+        ------
+        RuntimeError
+            If no runner has been set.
+        """
+        if self.runner is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a runner")
+        return self.runner
+
     def reset_time(self) -> None:
         """Restart the shape's clock (:meth:`get_run_time`) and begin a step 0 already recorded now.
 
@@ -67,7 +80,7 @@ class _RecordingShape(LoadTestShape):
         standalone run's step 0 began 29-38 ms before ``started_at_s`` otherwise."""
         if not self._follows_test_start:
             self._follows_test_start = True
-            self.runner.environment.events.test_start.add_listener(lambda **_kwargs: self.reset_time())
+            self.active_runner.environment.events.test_start.add_listener(lambda **_kwargs: self.reset_time())
 
     def _regain_lost_users(self) -> None:
         """When a worker is newly missing, have the runner dispatch the current tick again (over
@@ -77,7 +90,7 @@ class _RecordingShape(LoadTestShape):
             return
         missing = {client.id for client in clients.all if client.state == STATE_MISSING}
         if missing - self._missing and (clients.ready or clients.spawning or clients.running):
-            self.runner.shape_last_tick = None
+            self.active_runner.shape_last_tick = None
         self._missing = missing
 
     def _enter_step(self, index: int, users: int, *, start_s: float | None = None, **extra) -> None:
@@ -112,7 +125,7 @@ class _RecordingShape(LoadTestShape):
         if self._draining and self._users_gone_within(LOCUST_TICK_S):
             return None
         self._draining = True  # from the next tick on the users have been told to stop
-        environment = self.runner.environment
+        environment = self.active_runner.environment
         environment.stop_timeout = max(environment.stop_timeout or 0.0, drain_s)
         return 0, SPAWN_RATE_USERS_PER_S
 
@@ -195,7 +208,7 @@ class LadderShape(_RecordingShape):
     def settings(self) -> LadderSettings:
         """The ladder's settings, read from the parsed options on first use."""
         if self._settings is None:
-            self._settings = LadderSettings.from_options(self.runner.environment.parsed_options)
+            self._settings = LadderSettings.from_options(self.active_runner.environment.parsed_options)
         return self._settings
 
     def tick(self):
@@ -243,7 +256,9 @@ class BaselineShape(_RecordingShape):
     def requests(self) -> int:
         """``--baseline-requests``, read and checked on first use."""
         if self._requests is None:
-            options = self.runner.environment.parsed_options
+            options = self.active_runner.environment.parsed_options
+            if options is None:
+                raise RuntimeError("the baseline shape needs Locust's parsed options (--baseline-requests)")
             validate_options(options)
             self._requests = int(options.baseline_requests)
         return self._requests
@@ -253,7 +268,7 @@ class BaselineShape(_RecordingShape):
         self._regain_lost_users()
         requests = self.requests()
         wait_s = LOCUST_TICK_S if self.steps else 0.0  # the first tick starts the user at once
-        if self._holds_within(lambda: self.runner.stats.total.num_requests >= requests, wait_s):
+        if self._holds_within(lambda: self.active_runner.stats.total.num_requests >= requests, wait_s):
             self._finish()
             return None
         self._enter_step(0, 1)
