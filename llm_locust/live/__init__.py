@@ -39,6 +39,7 @@ reach a second sink of the run's :class:`~llm_locust.master.scraper.MetricsScrap
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from llm_locust.live.view import LiveView
@@ -50,7 +51,12 @@ __all__ = ["LiveView", "install_live_view"]
 
 
 def install_live_view(
-    environment, *, shipper, scraper_sinks: list | None = None, requests_csv: Path | None = None
+    environment,
+    *,
+    shipper,
+    scraper_sinks: list | None = None,
+    requests_csv: Path | None = None,
+    scrape_meta: Callable[[], dict] | None = None,
 ) -> LiveView:
     """Add the LLM tab to ``environment.web_ui`` and feed it from the run's record shipper.
 
@@ -65,13 +71,17 @@ def install_live_view(
         The list of extra sinks the run's scraper hands every scrape to; the view appends its own.
     requests_csv : Path, optional
         The run directory's ``requests.csv``, offered for download.
+    scrape_meta : callable returning dict, optional
+        The scraped URLs in order (``metrics_urls``) and the duplicates the scraper found
+        (``metrics_duplicates``), as run.json holds them: one server reached through two URLs is
+        counted once (:class:`~llm_locust.live.server.LiveServerSeries`).
 
     Returns
     -------
     LiveView
         Also stored as ``environment.llm_live``.
     """
-    view = LiveView(environment)
+    view = LiveView(environment, scrape_meta=scrape_meta)
     shipper.add_sink(view.add_records)
     if scraper_sinks is not None:
         scraper_sinks.append(view.add_server_rows)

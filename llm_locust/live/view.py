@@ -67,11 +67,11 @@ class LiveView:
         Wall clock, Unix s.
     """
 
-    def __init__(self, environment, *, clock=time.time) -> None:
+    def __init__(self, environment, *, clock=time.time, scrape_meta=None) -> None:
         self.environment = environment
         self.clock = clock
         self.records = LiveRecords()
-        self.server = LiveServerSeries()
+        self.server = LiveServerSeries(scrape_meta)
         self.users: list[tuple[float, int]] = []
         self._last_report: dict[str, float] = {}
         self._sampler: gevent.Greenlet | None = None

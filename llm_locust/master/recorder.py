@@ -472,10 +472,17 @@ def _install_live_view(environment) -> None:
             shipper=recorder.shipper,
             scraper_sinks=recorder.server_sinks,
             requests_csv=recorder.requests_csv,
+            scrape_meta=lambda: recorder.meta,
         )
         return
-    view = install_live_view(environment, shipper=RecordShipper(environment, None))
     scrapers: list[MetricsScraper] = []
+    view = install_live_view(
+        environment,
+        shipper=RecordShipper(environment, None),
+        scrape_meta=lambda: (
+            {"metrics_urls": scrapers[0].urls, "metrics_duplicates": scrapers[0].duplicates} if scrapers else {}
+        ),
+    )
 
     def start(environment, **_kwargs) -> None:
         config = MasterConfig.from_options(environment.parsed_options)
