@@ -514,14 +514,20 @@ def _ceiling_queue(
 ) -> CriticalConcurrency:
     """Running at the configured batch ceiling with a queue at that step and every later one is a
     saturation, whatever the throughput figures of a noisy step say (a 4-slot llama.cpp read
-    ``none`` beside running 4.00 of 4 with 3.86 waiting). Returns ``knee`` saturated at the
+    ``none`` beside running 4.00 of 4 with 3.86 waiting). A step whose client holds no more in
+    flight than the ceiling (+ ``waiting_threshold``) has no such queue: its waiting requests wait
+    for the next scheduler step, not for a slot (the demo's 8 users on 8 slots: running 7.48,
+    0.52 waiting, read as saturated at 8). Returns ``knee`` saturated at the
     first such step when it found none (or a later one); unchanged without a configured ceiling."""
     ceiling = float(config.batch_ceiling or 0)
     if ceiling <= 0 or usable.empty:
         return knee
     rows = usable.sort_values(column, kind="stable").reset_index(drop=True)
     running, waiting = rows["server_running"].astype(float), rows["server_waiting"].astype(float)
-    queued = (waiting > rules.waiting_threshold).to_numpy()
+    queued = (waiting > rules.waiting_threshold).to_numpy().copy()
+    if "client_inflight" in rows.columns:  # no more in flight than slots: waiting is admission, not a queue
+        inflight = rows["client_inflight"].astype(float)
+        queued &= ~(inflight <= ceiling + rules.waiting_threshold).to_numpy()
     full = (running >= rules.running_ceiling * ceiling).to_numpy()
     for i in range(1, len(rows)):
         if full[i] and queued[i:].all():

@@ -717,3 +717,21 @@ def test_refusals_where_throughput_stops_rising_are_rejections_without_other_sig
         e2e=[727, 794, 794],
     )
     assert judge(rising).bottleneck is not K.REJECTIONS
+
+
+def test_users_at_the_ceiling_waiting_for_admission_are_no_queue_at_the_ceiling():
+    """The README demo on a fresh clone (max_num_seqs 8, 7 Dec 2026): at 8 users the client held
+    7.99 in flight, running 7.48 and 0.52 waiting - each finished request's successor waiting for the
+    next scheduler step, not a queue (8 users cannot queue behind 8 slots); the ceiling-queue rule
+    read it as saturation at 8 and the critical concurrency as 4 ('Unexpected', exit 3)."""
+    tab = table(
+        users=[1, 2, 4, 8, 16, 32],
+        tput=[46.9, 85.3, 157.9, 273.1, 290.1, 290.1],
+        ttft=[24, 44, 48, 56, 1838, 5447],
+        running=[1, 2, 4, 7.48, 8, 8],
+        waiting=[0, 0, 0, 0.52, 8, 24],
+        inflight=[1, 2, 4, 7.99, 16, 31.99],
+    )
+    verdict = judge(tab, vllm(8))
+    assert verdict.bottleneck is K.SCHEDULER_CEILING
+    assert verdict.critical_concurrency == 8
