@@ -98,6 +98,11 @@ class ClientSide:
         When the run's stop cut the requests in flight (Unix s; the earliest end of an
         ``interrupted`` request at most :data:`STOP_BURST_S` before the last request's start),
         if it did.
+    stop_read : bool
+        True when ``stopped_at_s`` was read from the requests (:meth:`from_meta` with
+        ``requests``): then an ``interrupted`` request before it is a user Locust stopped mid-run,
+        not the stop. False (a client side built without requests): every step holding an
+        ``interrupted`` request is taken as cut by the stop.
     records_end_s : float or None
         When records are missing (fewer rows than the master counted): the end of the last
         record (Unix s); None when every request is there.
@@ -120,6 +125,7 @@ class ClientSide:
     keep_alive: bool | None = None
     workers: int | None = None
     stopped_at_s: float | None = None
+    stop_read: bool = False
     records_end_s: float | None = None
     missing_records: int = 0
     outages: tuple[dict, ...] = ()
@@ -161,6 +167,7 @@ class ClientSide:
             outages=tuple(spells.to_dict("records")) if spells is not None else (),
             started_at_s=float(meta.get("started_at_s", float("nan"))),
             stopped_at_s=stopped_at_s,
+            stop_read=requests is not None and len(requests) > 0,
             records_end_s=records_end_s,
             missing_records=missing,
             load=load,
@@ -295,8 +302,9 @@ def _incomplete(row: pd.Series, client: ClientSide) -> str:
     """Why the step was not fully measured ("" when it was; module docstring)."""
     kinds = str(row.get("error_kinds", "") or "")
     stop = client.stopped_at_s
-    if stop is not None and (
-        ("interrupted" in kinds and row["window_end_s"] >= stop) or row["window_end_s"] > stop + 1.0
+    if (not client.stop_read and "interrupted" in kinds) or (
+        stop is not None
+        and (("interrupted" in kinds and row["window_end_s"] >= stop) or row["window_end_s"] > stop + 1.0)
     ):
         return "incomplete: the run was stopped during this step (requests interrupted), so it is not judged"
     if client.records_end_s is not None and row["window_end_s"] > client.records_end_s + 1.0:
