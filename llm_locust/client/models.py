@@ -41,7 +41,7 @@ def first_served_model(base_url: str, *, api_key: str = "", timeout_s: float = 1
 
 def connection_problem(exc: BaseException) -> str:
     """A short reason for a failed connection: "connection refused", "name not resolved", …"""
-    seen = exc
+    seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, ConnectionRefusedError):
             return "connection refused"

@@ -132,7 +132,8 @@ class SSEDecoder:
                 # the only line ends are the event ends, and every event starts "data: ": one-line events
                 return [("message", payload) for payload in payloads]
         blocks = piece.split(b"\n\n")
-        events = None
+        events: list[tuple[str, bytes]] | None = None
+        event: tuple[str, bytes] | None  # an annotation only: nothing runs per block
         parse = self._parse
         for block in blocks:
             if block[:5] == b"data:" and b"\n" not in block:

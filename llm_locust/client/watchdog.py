@@ -20,9 +20,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import gevent
 import gevent.event
+
+if TYPE_CHECKING:
+    import greenlet
 
 MAX_SLEEP_S = 1.0
 """Longest watchdog sleep; deadlines that moved are re-read at least this often."""
@@ -55,11 +60,11 @@ class Deadline:
 
     def __init__(self) -> None:
         self.at = math.inf
-        self.kind = None
+        self.kind: object = None
         self.message = ""
-        self.greenlet = None
+        self.greenlet: greenlet.greenlet | None = None  # gevent.getcurrent() while armed
         self.armed = False
-        self.renew = None
+        self.renew: Callable[[], None] | None = None
 
     def passed(self, now: float) -> bool:
         """Whether the deadline is at or before ``now`` (``time.perf_counter`` seconds), renewed
@@ -132,7 +137,7 @@ class Watchdog:
 
     def _expire(self, deadline: Deadline) -> None:
         # runs in the hub: the owner is suspended, and inside its exchange only if still armed
-        if not deadline.armed:
+        if not deadline.armed or deadline.greenlet is None:  # armed: its greenlet is set
             return
         if not deadline.passed(time.perf_counter()):  # moved on meanwhile: keep watching it
             self._deadlines.add(deadline)
