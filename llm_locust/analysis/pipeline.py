@@ -64,6 +64,7 @@ from llm_locust.analysis.server.sources import (
     gather,
     step_server_seconds,
 )
+from llm_locust.analysis.server.userformat import error_settings
 from llm_locust.analysis.thresholds import (
     EXIT_THRESHOLD_FAILED,
     Threshold,
@@ -439,6 +440,7 @@ def server_side(evidence: ServerEvidence, windows: pd.DataFrame | None = None) -
         batches=batches,
         batch_wait_max_ms=evidence.config.batch_wait_max_ms,
         replica_ceilings={r.name: r.config.batch_ceiling for r in evidence.replicas},
+        error_settings=error_settings(evidence.user_format),
     )
 
 

@@ -209,13 +209,23 @@ def timeout_run(gateway):
 
 def test_proxy_read_timeout_is_timeouts_where_requests_begin_to_queue(gateway, timeout_run):
     run_dir, console = timeout_run
-    primary = _common(_verdict(run_dir), console, "timeouts", SLOTS)
+    verdict = _verdict(run_dir)
+    primary = _common(verdict, console, "timeouts", SLOTS)
+    _names_the_read_timeout(verdict)
     log = gateway.logs[gateway.short_timeout.port]
     inside, overlapping = _lines_in_window(log, run_dir, _next_step(SLOTS), "upstream timed out .* response header")
     values = primary["values"]
     assert inside > 0 and inside <= values["server_timeout"] <= overlapping, (values, inside, overlapping)
     # the client's 504s are timeouts because nginx's lines say so (a bare 5xx would be a rejection)
     assert values.get("client_http_5xx_timed_out", 0) > 0, values
+
+
+def _names_the_read_timeout(verdict: dict) -> None:
+    """The first recommendation raises the gateway's timeout (the format file's setting behind its
+    'upstream timed out' lines), not the engine's queue."""
+    first = verdict["recommendations"][0]
+    assert "proxy_read_timeout" in first["flag"] and first["because"] == "timeouts", verdict["recommendations"]
+    assert first["change"].startswith("raise "), first
 
 
 STREAM_LADDER = (2, 4, 8)
@@ -240,6 +250,7 @@ def test_streams_cut_by_proxy_read_timeout_are_timeouts_not_an_outage(gateway, s
     primary = _common(verdict, console, "timeouts", SLOTS, STREAM_LADDER)
     assert all(e["rule"] != "server_outage" or not e["holds"] for e in verdict["evidence"]), verdict["evidence"]
     assert "outage" not in console.lower(), console[-4000:]
+    _names_the_read_timeout(verdict)
     failing = _next_step(SLOTS, STREAM_LADDER)
     inside, overlapping = _lines_in_window(
         gateway.logs[gateway.stream_timeout.port], run_dir, failing, r"upstream timed out .* while reading upstream"

@@ -24,6 +24,8 @@ A small TOML file of named-group regular expressions for the log and a metric-na
     [[log.errors]]                # tried before the built-in error patterns
     kind = "queue_full"
     pattern = 'queue is full'     # a group named path: the request's path (see below)
+    setting = "max_queue_size"    # optional: the server's or gateway's setting behind these lines,
+                                  # named by the verdict's recommendation (nginx: proxy_read_timeout)
 
     [metrics]                     # series column = sample name (a gauge) or a table
     running = "deepinfer_batch_size"
@@ -161,6 +163,10 @@ class UserFormat:
     max_hold_s: float | None = None
     metric_specs: tuple[SeriesSpec, ...] = ()
     metric_config: tuple[tuple[str, str], ...] = ()
+    error_settings: tuple[tuple[str, str], ...] = ()
+    """``(kind, setting)`` of each ``[[log.errors]]`` entry that names its ``setting``: the server's
+    or gateway's option whose value makes those lines (a gateway's read timeout behind its
+    ``timeout`` lines), named by the verdict's recommendation."""
 
     @property
     def has_log_patterns(self) -> bool:
@@ -201,6 +207,21 @@ def _check_keys(source: str, where: str, table: dict, known: set[str]) -> None:
     unknown = sorted(set(table) - known)
     if unknown:
         raise UserFormatError(f"{source}: {where}: unknown keys {unknown}; known {sorted(known)}")
+
+
+def error_settings(user_format: UserFormat | None) -> dict[str, str]:
+    """``{error kind: setting}`` of a format file's ``[[log.errors]] setting`` keys (several
+    settings of one kind joined with " / "); empty without a format file or a setting.
+
+    >>> fmt = load_user_format('[[log.errors]]\\nkind = "timeout"\\npattern = "upstream timed out"\\n'
+    ...                        'setting = "proxy_read_timeout"')
+    >>> error_settings(fmt)
+    {'timeout': 'proxy_read_timeout'}
+    """
+    out: dict[str, list[str]] = {}
+    for kind, setting in user_format.error_settings if user_format is not None else ():
+        out.setdefault(kind, []).append(setting)
+    return {kind: " / ".join(settings) for kind, settings in out.items()}
 
 
 def toml_hint(exc: Exception) -> str:
@@ -273,13 +294,18 @@ def load_user_format(text: str, *, source: str = "format file") -> UserFormat:
             )
         )
     errors = []
+    error_settings: list[tuple[str, str]] = []
     for k, entry in enumerate(log.get("errors", []) or []):
         where = f"[[log.errors]] #{k + 1}"
-        _check_keys(source, where, entry, {"kind", "pattern"})
+        _check_keys(source, where, entry, {"kind", "pattern", "setting"})
         _regex(source, where, entry.get("pattern"))
         if not isinstance(entry.get("kind"), str) or not entry["kind"]:
             raise UserFormatError(f"{source}: {where}: needs a kind")
         errors.append((entry["kind"], entry["pattern"]))
+        if "setting" in entry:
+            if not isinstance(entry["setting"], str) or not entry["setting"].strip():
+                raise UserFormatError(f"{source}: {where}: setting must be a non-empty string (an option's name)")
+            error_settings.append((entry["kind"], entry["setting"].strip()))
     stamp = log.get("timestamp")
     stamp_re = _regex(source, "[log] timestamp", stamp) if stamp is not None else None
     if stamp_re is not None and "ts" not in stamp_re.groupindex:
@@ -321,4 +347,5 @@ def load_user_format(text: str, *, source: str = "format file") -> UserFormat:
         max_hold_s=None if hold is None else float(hold),
         metric_specs=tuple(specs),
         metric_config=tuple(metric_config),
+        error_settings=tuple(dict.fromkeys(error_settings)),
     )

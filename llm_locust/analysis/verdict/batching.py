@@ -42,6 +42,10 @@ class ServerSide:
     replica_ceilings : dict
         With several replicas scraped: ``{name: its own configured batch ceiling or None}``
         (:mod:`llm_locust.analysis.server.replicas`); empty for one server.
+    error_settings : dict
+        ``{error kind: the setting behind those log lines}`` from the format file's
+        ``[[log.errors]] setting`` (:attr:`~llm_locust.analysis.server.userformat.UserFormat.error_settings`;
+        several settings of one kind joined with " / "); empty when none is named.
     """
 
     family: str | None = None
@@ -49,6 +53,7 @@ class ServerSide:
     batches: pd.DataFrame | None = None
     batch_wait_max_ms: float | None = None
     replica_ceilings: dict = field(default_factory=dict)
+    error_settings: dict = field(default_factory=dict)
 
 
 def gain_per_doubling(users_prev: float, users: float, tps_prev: float, tps: float) -> float:

@@ -33,6 +33,7 @@ def recommend(
     axis: LoadAxis = USERS,
     planned: tuple[float, ...] = (),
     tells_apart: str = "",
+    error_settings: dict | None = None,
 ) -> tuple[Recommendation, ...]:
     """The recommendations for the primary kind, then each secondary kind.
 
@@ -57,6 +58,11 @@ def recommend(
         With an ``undetermined`` primary: the measurement or rerun that separates its candidates.
     axis : LoadAxis, default USERS
         What the ladder's steps are (a rate ladder caps the offered rate, not the concurrency).
+    error_settings : dict, optional
+        ``{error kind: setting}`` the server log's format file names (``[[log.errors]] setting``,
+        :attr:`~llm_locust.analysis.verdict.ServerSide.error_settings`): timeouts the log's
+        ``timeout`` lines account for are first recommended against that setting (a gateway's
+        ``proxy_read_timeout``), not only against the server's queue.
     """
     flags = flags_for(family)
     crit = _users(critical_users) if critical_users is not None else None
@@ -182,6 +188,19 @@ def recommend(
         elif kind is K.TIMEOUTS:
             ev, cause = evidence["timeouts"], evidence.get("timeout_cause")
             queued = cause is not None and cause.holds and cause.values.get("server_queue") == 1.0
+            setting = (error_settings or {}).get("timeout")
+            logged = int(ev.values.get("server_timeout", 0) or 0) if ev.holds else 0
+            if setting and logged > 0:
+                out.append(
+                    Recommendation(
+                        change=f"raise {setting} above the requests' E2E at {_at(ev, axis)}: the server log's "
+                        f"{logged} timeout lines there come from it",
+                        flag=setting,
+                        because=ev.rule,
+                        verify=SAME + f"that the step's timeouts and the log's timeout lines fall to 0 with {setting} "
+                        "raised, and E2E stays where it was",
+                    )
+                )
             if cause is not None and cause.holds and not queued:
                 out.append(
                     Recommendation(

@@ -361,6 +361,7 @@ def diagnose(
         axis=axis,
         planned=tuple(planned),
         tells_apart=undecided.tells_apart if primary is K.UNDETERMINED else "",
+        error_settings=server.error_settings,
     )
     if ev["replica_imbalance"].holds:
         recs = (balance_recommendation(ev["replica_imbalance"]), *recs)

@@ -4,9 +4,13 @@ complete (rejections), and a 504 takes a line before a cut stream does."""
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
+from llm_locust.analysis.server.userformat import error_settings, format_file_path, load_user_format
 from llm_locust.analysis.verdict.failures import client_failures, failures, step_failure_kind
+from llm_locust.analysis.verdict.recommend import recommend
 from llm_locust.analysis.verdict.types import RULES, BottleneckKind
 
 
@@ -67,3 +71,45 @@ def test_the_timeouts_rule_names_the_cut_streams_and_the_lines():
     assert evidence.values["client_connection_error_timed_out"] == 12 and evidence.values["server_timeout"] == 12
     assert "connection_error_timed_out 12" in evidence.text and "the server log has timeout 12" in evidence.text
     assert not failures(table, BottleneckKind.REJECTIONS, RULES).holds
+
+
+def _timeouts_at_8():
+    table = pd.DataFrame({
+        "step": [0, 1, 2], "target_users": [2.0, 4.0, 8.0], "valid": [True, True, True],
+        "completed": [10, 20, 12], "error_kinds": ["", "", "connection_error:12"],
+        "server_error_kinds": ["", "", "timeout:12"], "cut_streams": [0, 0, 12],
+        "failed_share": [0.0, 0.0, 0.5], "failed_time_share": [0.0, 0.0, 0.5],
+    })  # fmt: skip
+    return {"timeouts": failures(table, BottleneckKind.TIMEOUTS, RULES)}
+
+
+def test_timeouts_the_log_names_a_setting_for_are_recommended_against_it():
+    """nginx-error.toml names proxy_read_timeout behind its 'upstream timed out' lines: the
+    first recommendation raises it (not the server's queue, which is not what cut the streams)."""
+    recs = recommend(
+        BottleneckKind.TIMEOUTS, (), _timeouts_at_8(), family="vllm", critical_users=4.0, client_flags={},
+        error_settings={"timeout": "proxy_read_timeout"},
+    )  # fmt: skip
+    assert recs[0].flag == "proxy_read_timeout" and recs[0].because == "timeouts"
+    assert "raise proxy_read_timeout above the requests' E2E at 8 users" in recs[0].change
+    assert "12 timeout lines" in recs[0].change
+    assert "timeout lines fall to 0" in recs[0].verify
+    assert len(recs) >= 2 and recs[1].flag != "proxy_read_timeout"  # the server-side change stays
+
+
+def test_without_a_named_setting_no_gateway_recommendation():
+    for settings in (None, {}, {"rejected": "limit_conn"}):
+        recs = recommend(
+            BottleneckKind.TIMEOUTS, (), _timeouts_at_8(), family="vllm", critical_users=4.0, client_flags={},
+            error_settings=settings,
+        )  # fmt: skip
+        assert recs and all("raise " not in r.change for r in recs)
+
+
+def test_the_shipped_nginx_format_names_its_timeouts_settings():
+    fmt = load_user_format(format_file_path("nginx-error").read_text(encoding="utf-8"))
+    assert error_settings(fmt) == {"timeout": "proxy_connect_timeout / proxy_read_timeout"}
+    text = "upstream timed out (110: Connection timed out) while reading upstream"
+    kinds = [kind for kind, pattern in fmt.error_patterns if re.search(pattern, text)]
+    settings = [s for k, s in fmt.error_settings if k == "timeout"]
+    assert kinds == ["timeout"] and settings == ["proxy_connect_timeout", "proxy_read_timeout"]
