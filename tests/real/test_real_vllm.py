@@ -51,10 +51,13 @@ def test_critical_concurrency_is_the_batch_ceiling(vllm_ladder_run):
     # effect (2 users give more than 1) and the ceiling caps it (8 users, both at the ceiling with a
     # queue, give no more than 4). Not tighter: on this shared CPU one step can run ~30 % slower per
     # sequence than the next (seen in CI: 35, 41, 58, 50 tokens/s at 1, 2, 4, 8 users), which the
-    # verdict must - and did - see through (a queue at a full batch)
+    # verdict must - and did - see through (a queue at a full batch). 1.25, not 1.15: on the
+    # faster machine of 7 Dec 2026 (73, 120, 136, 157 tokens/s at 1, 2, 4, 8 users, run alone) 8
+    # users gave x1.16 of 4 with the verdict right (scheduler_ceiling at 2); a ceiling that does not
+    # cap gains far more per doubling while the batch grows (x1.66 from 1 to 2 there)
     tput = table["output_tps_prorated"]
     assert tput[2] / tput[1] >= 1.1, tput
-    assert tput[8] / tput[4] < 1.15, tput
+    assert tput[8] / tput[4] < 1.25, tput
     assert table.loc[4, "ttft_p50_ms"] > 2 * table.loc[2, "ttft_p50_ms"], table
     assert result.paths.throughput_png.stat().st_size > 10_000
     assert result.verdict.bottleneck.value == "scheduler_ceiling", result.verdict.line
