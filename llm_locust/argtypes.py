@@ -19,18 +19,23 @@ server's JSON parser (a signed 32-bit field in most engines) and Locust's messag
 take; ``--max-tokens 99999999999999999999999`` used to crash the master's spawn message."""
 
 
+def _whole_number(text: str, lowest: int) -> int:
+    """``int(text)`` from ``lowest`` to :data:`MAX_INT`, else :class:`argparse.ArgumentTypeError`."""
+    value = int(text)
+    if value < lowest:
+        raise argparse.ArgumentTypeError(f"must be >= {lowest}, got {value}")
+    if value > MAX_INT:
+        raise argparse.ArgumentTypeError(f"must be <= {MAX_INT}, got {value}")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     """A whole number from 0 to :data:`MAX_INT`.
 
     >>> non_negative_int("0")
     0
     """
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    if value > MAX_INT:
-        raise argparse.ArgumentTypeError(f"must be <= {MAX_INT}, got {value}")
-    return value
+    return _whole_number(text, 0)
 
 
 def positive_int(text: str) -> int:
@@ -39,12 +44,7 @@ def positive_int(text: str) -> int:
     >>> positive_int("8")
     8
     """
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    if value > MAX_INT:
-        raise argparse.ArgumentTypeError(f"must be <= {MAX_INT}, got {value}")
-    return value
+    return _whole_number(text, 1)
 
 
 def non_negative_float(text: str) -> float:
