@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+import time
 
 SUBNET_PREFIX = "10.247.13."
 """Hosts get ``10.247.13.1``, ``.2``, … (a /24 that exists only inside these namespaces)."""
@@ -130,3 +132,14 @@ class NamespaceNetwork:
         """Delete every namespace made (by name; their interfaces go with them). Idempotent."""
         while self.created:
             _ip("netns", "del", self.created.pop(), check=False)
+
+
+def wait_healthy(net: NamespaceNetwork, url: str, *, host: str = "master", timeout_s: float = 30) -> None:
+    """Poll ``url`` from ``host``'s namespace (so the path between the two is checked too)."""
+    probe = f"import urllib.request; urllib.request.urlopen({url!r}, timeout=1)"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if net.run(host, [sys.executable, "-c", probe], timeout_s=10).returncode == 0:
+            return
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} not answering from the {host}'s namespace after {timeout_s:.0f} s")

@@ -20,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +28,7 @@ import pytest
 
 from llm_locust.analysis.pipeline import analyze_run
 from llm_locust.run.launcher import stop_process
-from tests.e2e.netns_helpers import NamespaceNetwork, namespaces_unavailable
+from tests.e2e.netns_helpers import NamespaceNetwork, namespaces_unavailable, wait_healthy
 from tests.e2e.side_by_side import all_at_once
 
 pytestmark = pytest.mark.slow
@@ -40,17 +39,6 @@ MAX_NUM_SEQS = 4
 WORKERS = 3
 PORT = 8000
 HOSTS = ["server", "master", *(f"worker{i}" for i in range(WORKERS))]
-
-
-def _wait_healthy(net: NamespaceNetwork, url: str, *, timeout_s: float = 30) -> None:
-    """Poll ``url`` from the master's namespace (so the path between the two is checked too)."""
-    probe = f"import urllib.request; urllib.request.urlopen({url!r}, timeout=1)"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if net.run("master", [sys.executable, "-c", probe], timeout_s=10).returncode == 0:
-            return
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} not answering from the master's namespace after {timeout_s:.0f} s")
 
 
 COMMON = [
@@ -134,7 +122,7 @@ def _multihost_run(kind: str, prefix: str, tmp: Path) -> tuple:
             sys.executable, "-m", "llm_locust.simserver", "--listen", server_ip, "--port", str(PORT),
             "--max-num-seqs", str(MAX_NUM_SEQS), "--model-name", "sim-llama", "--stats-log", str(tmp / "engine.log"),
         ], stdout=server_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))  # fmt: skip
-        _wait_healthy(net, f"http://{server_ip}:{PORT}/health")
+        wait_healthy(net, f"http://{server_ip}:{PORT}/health")
         master_log = open(tmp / "master.out", "w")
         logs.append(master_log)
         master = net.popen(

@@ -42,7 +42,7 @@ import pytest
 
 from llm_locust.run.launcher import stop_process
 from tests.e2e.fault_helpers import locust_request_count, mean_in_flight, read_requests, run_meta, wait_for_step
-from tests.e2e.netns_helpers import NamespaceNetwork, namespaces_unavailable
+from tests.e2e.netns_helpers import NamespaceNetwork, namespaces_unavailable, wait_healthy
 from tests.e2e.side_by_side import all_at_once
 
 pytestmark = pytest.mark.slow
@@ -62,16 +62,6 @@ REPORT_INTERVAL_S = 3.0
 """Locust's ``WORKER_REPORT_INTERVAL``: what a lost worker had not shipped is at most this old."""
 SCENARIOS = ("down", "back")
 _ACCESS = re.compile(r'^INFO: +(?P<ip>[0-9.]+):\d+ - "POST /v1/chat/completions HTTP/[0-9.]+" (?P<status>\d+)')
-
-
-def _wait_healthy(net: NamespaceNetwork, url: str, *, timeout_s: float = 30) -> None:
-    probe = f"import urllib.request; urllib.request.urlopen({url!r}, timeout=1)"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if net.run("master", [sys.executable, "-c", probe], timeout_s=10).returncode == 0:
-            return
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} not answering from the master's namespace after {timeout_s:.0f} s")
 
 
 def _worker(net: NamespaceNetwork, host: str, log) -> subprocess.Popen:
@@ -94,7 +84,7 @@ def _partitioned_run(scenario: str, prefix: str, tmp: Path) -> dict:
             sys.executable, "-m", "llm_locust.simserver", "--listen", server_ip, "--port", str(PORT),
             "--max-num-seqs", "8", "--model-name", "sim-llama", "--stats-log", str(tmp / "engine.log"),
         ], stdout=logs[-1], stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))  # fmt: skip
-        _wait_healthy(net, f"http://{server_ip}:{PORT}/health")
+        wait_healthy(net, f"http://{server_ip}:{PORT}/health")
         logs.append(open(tmp / "master.out", "w"))
         master = net.popen("master", [
             sys.executable, "-m", "locust", "-f", str(LADDER), "--master", "--headless", "--expect-workers", "2",
