@@ -22,6 +22,7 @@ against one embedded server (~25 s in all).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -61,6 +62,15 @@ def _processes(pids) -> list[psutil.Process]:
     return found
 
 
+def _cmdline(process: psutil.Process) -> str:
+    """Its command line, or "" once it has ended: a child of a process just killed may already be a
+    zombie, whose command line psutil refuses (ZombieProcess is a NoSuchProcess)."""
+    try:
+        return " ".join(process.cmdline())
+    except psutil.NoSuchProcess:
+        return ""
+
+
 def _alive(process: psutil.Process) -> bool:
     """Still running: the same process (pid and start time), and not a zombie."""
     try:
@@ -79,17 +89,18 @@ def _kill_and_watch(launcher: subprocess.Popen, step_dir: Path, *, extra=(), kil
         time.sleep(KILL_INTO_STEP_S)
         below = [psutil.Process(launcher.pid), *psutil.Process(launcher.pid).children(recursive=True)]
         group = below + _processes(extra)
-        assert len(group) >= 2, [p.cmdline() for p in group]
+        assert len(group) >= 2, [_cmdline(p) for p in group]
         killed_at = time.monotonic()
         for process in below if kill_below else below[:1]:
-            if not spare or spare not in " ".join(process.cmdline()):
-                process.send_signal(signal.SIGKILL)
+            if not spare or spare not in _cmdline(process):
+                with contextlib.suppress(psutil.NoSuchProcess):  # ended (and reaped) meanwhile
+                    process.send_signal(signal.SIGKILL)
         launcher.wait(timeout=10)
         while time.monotonic() - killed_at < END_WITHIN_S:
             if not [p for p in group if _alive(p)]:
                 return time.monotonic() - killed_at, []
             time.sleep(0.1)
-        return None, [" ".join(p.cmdline()[:6]) for p in group if _alive(p)]
+        return None, [" ".join(_cmdline(p).split()[:6]) for p in group if _alive(p)]
     finally:
         for process in group:
             if _alive(process):  # before the fix: the ladder would run on for half a minute
