@@ -8,13 +8,14 @@ batching, scheduler, KV cache and compute. The rule functions live in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from llm_locust.analysis.loadaxis import USERS, load_axis
+from llm_locust.analysis.perstep.table import replica_column, replica_names
 from llm_locust.analysis.server.config import ServerConfig
 from llm_locust.analysis.verdict.batching import (
     ServerSide,
@@ -41,7 +42,7 @@ from llm_locust.analysis.verdict.knee import CriticalConcurrency, find_critical_
 from llm_locust.analysis.verdict.outage import server_outage
 from llm_locust.analysis.verdict.prefixcache import SharedPrefix, prefix_cache_recommendations, prefix_cache_unused
 from llm_locust.analysis.verdict.recommend import recommend
-from llm_locust.analysis.verdict.replicaimbalance import balance_recommendation, replica_imbalance
+from llm_locust.analysis.verdict.replicaimbalance import balance_recommendation, replica_imbalance, slack
 from llm_locust.analysis.verdict.staticbatch import running_from_batches, static_batch
 from llm_locust.analysis.verdict.types import RULES, BottleneckKind, Evidence, Recommendation, Rules, Verdict
 from llm_locust.analysis.verdict.undetermined import Undecided, steps_too_short, unexplained
@@ -189,6 +190,7 @@ def diagnose(
     usable = with_hidden_waiting(usable)
     knee = find_critical_concurrency(usable, **rules.knee_kwargs())
     knee = _ceiling_queue(knee, usable, config, axis.column, rules)
+    knee = _replica_ceiling_queue(knee, usable, server.replica_ceilings, axis.column, rules)
     knee = replace(
         knee,
         evidence=tuple(left_out) + tuple(x for x in (judged_on, from_batches) if x) + knee.evidence,
@@ -548,6 +550,58 @@ def _ceiling_queue(
                 ),
             )
     return knee
+
+
+def _replica_ceiling_queue(
+    knee: CriticalConcurrency,
+    usable: pd.DataFrame,
+    ceilings: Mapping[str, int | None],
+    column: str,
+    rules: Rules,
+) -> CriticalConcurrency:
+    """:func:`_ceiling_queue` per replica: one scraped replica running at its own configured
+    ceiling (within :func:`~llm_locust.analysis.verdict.replicaimbalance.slack`) with its own
+    queue at a step and every later one saturates the whole - a gateway that gives each replica
+    the same share (nginx's round robin) sends it as many new requests as the others, so what it
+    can finish caps the total, however many slots the others have free (1 + 3 llama.cpp slots
+    behind round robin: at 8 users the 1-slot replica ran 1 with 5 waiting while the aggregate
+    ran 3 of 4, and its throughput rose by noise alone: read ``none``). Returns ``knee``
+    saturated at the first such step when it found none (or a later one); unchanged with fewer
+    than two replicas or none with a configured ceiling."""
+    names = [n for n in replica_names(usable) if ceilings.get(n)]
+    if len(replica_names(usable)) < 2 or not names or usable.empty:
+        return knee
+    rows = usable.sort_values(column, kind="stable").reset_index(drop=True)
+    first: tuple[int, str] | None = None
+    for name in names:
+        ceiling = float(ceilings[name] or 0)
+        running = rows[replica_column("server_running", name)].astype(float).to_numpy()
+        waiting = rows[replica_column("server_waiting", name)].astype(float).to_numpy()
+        queued = waiting > rules.waiting_threshold
+        full = running >= ceiling - slack(ceiling, rules)
+        at = next((i for i in range(1, len(rows)) if full[i] and queued[i:].all()), None)
+        if at is not None and (first is None or at < first[0]):
+            first = (at, name)
+    if first is None:
+        return knee
+    i, name = first
+    users = float(rows.at[i, column])
+    if knee.saturated_users is not None and knee.saturated_users <= users:
+        return knee
+    running = float(rows.at[i, replica_column("server_running", name)])
+    waiting = float(rows.at[i, replica_column("server_waiting", name)])
+    return replace(
+        knee,
+        users=float(rows.at[i - 1, column]),
+        saturated_step=int(rows.at[i, "step"]),
+        saturated_users=users,
+        stop_reason=f"requests queue at replica {name}'s configured batch ceiling",
+        evidence=knee.evidence
+        + (
+            f"at {users:g} replica {name} runs {running:.2f} of its configured ceiling {ceilings[name]} and "
+            f"{waiting:.2f} wait there, at this step and every later one: saturated there",
+        ),
+    )
 
 
 def _deciding_steps(usable: pd.DataFrame, critical: CriticalConcurrency, column: str) -> list[int]:

@@ -63,3 +63,26 @@ def test_without_configured_ceilings_each_replicas_highest_running_stands_for_it
     e = ev(verdict, "replica_imbalance")
     assert e.holds and "its highest observed ceiling" in e.text
     assert e.values["spare_ceiling"] == 3  # three's highest step-average running (at 8 users)
+
+
+def test_a_replica_queueing_at_its_ceiling_saturates_the_whole_while_throughput_still_rises():
+    """The CI run of tests/real/test_real_replicas.py that read ``none``: behind round robin the
+    users pile up at the 1-slot replica (each replica gets every other request, the slow one
+    finishes fewer), so the aggregate runs 2.5 then 3.5 of 4 while one's queue grows - and the
+    throughput of a noisy 12 s step still rose x1.3 from 4 to 8 users. One replica at its own
+    configured ceiling with its own queue from a step on is a saturation there, never ``none``."""
+    tab = table(USERS, [30, 55, 66, 86], ttft=[50, 60, 900, 2600])
+    piles = {"one": ([1.0, 1.0, 1.0, 1.0], [0.0, 0.3, 1.5, 4.5]), "three": ([0.0, 0.7, 1.5, 2.5], [0.0] * 4)}
+    for name, (running, waiting) in piles.items():
+        tab[replica_column("server_running", name)] = running
+        tab[replica_column("server_waiting", name)] = waiting
+    tab["server_running"] = [sum(piles[n][0][i] for n in piles) for i in range(len(USERS))]
+    tab["server_waiting"] = [sum(piles[n][1][i] for n in piles) for i in range(len(USERS))]
+    config = ServerConfig(engine="llamacpp", batch_ceiling=4, batch_ceiling_name="n_slots")
+    verdict = diagnose(tab, ServerSide(family="llamacpp", replica_ceilings={"one": 1, "three": 3}), config, ClientSide())
+    assert verdict.bottleneck is BottleneckKind.SCHEDULER_CEILING, verdict.headline
+    assert verdict.critical_concurrency == 2  # one queues (1.5 > 0.5 waiting) from 4 users on
+    assert verdict.critical.saturated_users == 4
+    assert any("replica one runs 1.00 of its configured ceiling 1" in line for line in verdict.critical.evidence)
+    assert verdict.evidence[0].rule == "replica_imbalance" and verdict.evidence[0].holds
+    assert contract_problems(verdict_json(verdict)) == []
