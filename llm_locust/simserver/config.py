@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,7 +210,7 @@ def _bool(text: str) -> bool:
 
 
 # (flag, type, help) in the order they appear in --help; the field is the flag without "--".
-_FLAGS: tuple[tuple[str, type, str], ...] = (
+_FLAGS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("--listen", str, "address to listen on"),
     ("--port", int, "TCP port; 0 picks a free one (printed at startup)"),
     ("--model-name", str, "served model name"),

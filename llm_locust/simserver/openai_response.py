@@ -130,7 +130,7 @@ def full_response(
     """The non-streaming body (``chat.completion`` or ``text_completion``) with ``usage``."""
     usage = {**usage_fields(prompt_tokens, completion_tokens), "prompt_tokens_details": None}
     if kind is ApiKind.CHAT:
-        message = {
+        message: dict[str, Any] = {
             "role": "assistant",
             "content": text,
             "refusal": None,

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import signal
 import socket
 import sys
 import time
+from typing import cast
 
 from aiohttp import web
 
@@ -121,5 +123,5 @@ def run(config: SimConfig) -> None:
     """Serve ``config`` in a new event loop until SIGTERM/SIGINT; returns after a clean shutdown."""
     if sys.stdout is not None:
         with contextlib.suppress(AttributeError, ValueError):
-            sys.stdout.reconfigure(line_buffering=True)
+            cast(io.TextIOWrapper, sys.stdout).reconfigure(line_buffering=True)
     asyncio.run(serve(config))

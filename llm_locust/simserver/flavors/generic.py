@@ -89,9 +89,9 @@ class GenericCollector(Collector):
             family = GaugeMetricFamily(name, doc)
             family.add_metric([], value)
             yield family
-        family = CounterMetricFamily("deepinfer_generated_tokens", "Tokens generated")
-        family.add_metric([], engine.generation_tokens_total)
-        yield family
+        counter = CounterMetricFamily("deepinfer_generated_tokens", "Tokens generated")
+        counter.add_metric([], engine.generation_tokens_total)
+        yield counter
 
 
 class GenericFlavor(Flavor):

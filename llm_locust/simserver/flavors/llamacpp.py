@@ -82,9 +82,9 @@ class LlamaCppCollector(Collector):
             ("llamacpp:requests_processing", "Number of requests processing.", engine.num_running),
             ("llamacpp:requests_deferred", "Number of requests deferred.", engine.num_waiting),
         ):
-            family = GaugeMetricFamily(name, doc)
-            family.add_metric([], value)
-            yield family
+            gauge = GaugeMetricFamily(name, doc)
+            gauge.add_metric([], value)
+            yield gauge
 
 
 class LlamaCppFlavor(Flavor):

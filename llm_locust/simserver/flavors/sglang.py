@@ -58,9 +58,9 @@ class SglangCollector(Collector):
             ("sglang:num_retracted_requests", "Total number of retracted requests.", engine.num_preemptions_total),
         )
         for name, doc, value in counters:
-            family = CounterMetricFamily(name, doc, labels=list(LABELS))
-            family.add_metric(values, value)
-            yield family
+            counter = CounterMetricFamily(name, doc, labels=list(LABELS))
+            counter.add_metric(values, value)
+            yield counter
 
 
 class SglangFlavor(Flavor):
@@ -72,7 +72,7 @@ class SglangFlavor(Flavor):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.last_gen_tps = 0.0
-        self._last = (None, 0)
+        self._last: tuple[float | None, int] = (None, 0)  # (monotonic s, generation tokens) at the last interval
 
     def _line(self, wall_s: float, message: str) -> None:
         self.writer.write_line(f"{stamp(wall_s)} {message}")

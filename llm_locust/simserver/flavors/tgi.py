@@ -65,9 +65,9 @@ class TgiCollector(Collector):
             ("tgi_request_generated_tokens", "Generated tokens per request", self.flavor.generated),
             ("tgi_request_input_length", "Input tokens per request", self.flavor.inputs),
         ):
-            family = HistogramMetricFamily(name, doc)
-            family.add_metric([], buckets=[("+Inf", count)], sum_value=total)
-            yield family
+            histogram = HistogramMetricFamily(name, doc)
+            histogram.add_metric([], buckets=[("+Inf", count)], sum_value=total)
+            yield histogram
 
 
 class TgiFlavor(Flavor):
