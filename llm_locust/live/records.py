@@ -20,6 +20,7 @@ import math
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -59,7 +60,7 @@ AGGREGATED = "Aggregated"
 try:
     from llm_locust.analysis.perrequest.itl import request_itl
 except ImportError:  # pragma: no cover - an llm_locust/analysis/ without the ITL definition: the column stays empty
-    request_itl = None
+    request_itl = None  # type: ignore[assignment]  # read only behind _HAVE_ITL
 
 _HAVE_ITL = request_itl is not None and "token_times_us" in COLUMN_INDEX  # False: no per-event times
 
@@ -162,7 +163,7 @@ class LiveRecords:
     def _add_itl(self, rows: list[tuple]) -> None:
         """Per-token ITL (:func:`llm_locust.analysis.perrequest.itl.request_itl`) of the batch's successes, into the
         per-name sketches (:mod:`llm_locust.live.sketch`)."""
-        per_name: dict[str, tuple[list, list]] = {}
+        per_name: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
         for row in rows:
             if row_text(row, "error_kind"):
                 continue
@@ -177,8 +178,8 @@ class LiveRecords:
                 bucket = per_name.setdefault(row_text(row, "name"), ([], []))
                 bucket[0].append(values)
                 bucket[1].append(weights)
-        for name, (values, weights) in per_name.items():
-            values, weights = np.concatenate(values), np.concatenate(weights)
+        for name, (value_parts, weight_parts) in per_name.items():
+            values, weights = np.concatenate(value_parts), np.concatenate(weight_parts)
             for key in (name, AGGREGATED):
                 sketch = self._itl.get(key)
                 if sketch is None:
@@ -186,6 +187,7 @@ class LiveRecords:
                 sketch.add_many(values, weights)
 
     def _index(self, t_s: float) -> int:
+        assert self.t0_s is not None  # set by start() or the first record (_add), before any index
         return max(0, int((t_s - self.t0_s) // self.bucket_s))
 
     def _bucket(self, index: int) -> _Bucket:
@@ -198,6 +200,7 @@ class LiveRecords:
     def _add_inflight(self, t_start_s: float, t_end_s: float) -> None:
         """Add the request's overlap with each bucket it spans (exact in-flight integral)."""
         first, last = self._index(t_start_s), self._index(t_end_s)
+        assert self.t0_s is not None  # (_index holds it)
         for index in range(first, last + 1):
             lo = self.t0_s + index * self.bucket_s
             overlap = min(t_end_s, lo + self.bucket_s) - max(t_start_s, lo)
@@ -307,7 +310,7 @@ class LiveRecords:
         Only buckets ending at or before ``horizon_s`` are returned (later ones still miss
         records), at most :data:`MAX_POINTS` of them, the most recent.
         """
-        empty = {
+        empty: dict[str, Any] = {
             "t_s": [],
             "ttft_p50_ms": [],
             "ttft_p95_ms": [],
@@ -347,7 +350,7 @@ class LiveRecords:
         window = [self._buckets.get(j, blank) for j in range(max(0, k - self.window_buckets + 1), k + 1)]
         length_s = len(window) * self.bucket_s
         ttft = np.fromiter((v for b in window for v in b.ttft_ms), dtype=float)
-        errors = Counter()
+        errors: Counter[str] = Counter()
         for bucket in window:
             errors.update(bucket.errors)
         point = (

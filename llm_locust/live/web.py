@@ -196,7 +196,7 @@ def install_routes(web_ui, view, *, requests_csv: Path | None, base_path: str = 
                 payload = response.get_json()
                 payload["extended_stats"] = [{"key": TAB_KEY, "data": json_safe(view.table())}]
                 response.set_data(json.dumps(payload, allow_nan=False))
-                response._llm_extended = True
+                response._llm_extended = True  # type: ignore[attr-defined]  # a mark on the memoized object
         elif endpoint in ("locust.index", "index") and response.mimetype == "text/html":
             page = response.get_data(as_text=True)
             if INJECT not in page and "</body>" in page:

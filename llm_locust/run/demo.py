@@ -13,7 +13,9 @@ import argparse
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import IO, cast
 
 import requests
 
@@ -50,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def start_sim_server(*, port: int, max_num_seqs: int, log_path: Path, extra: list[str] = ()) -> subprocess.Popen:
+def start_sim_server(*, port: int, max_num_seqs: int, log_path: Path, extra: Sequence[str] = ()) -> subprocess.Popen:
     """Start ``python -m llm_locust.simserver`` on 127.0.0.1:``port`` and wait for ``/health``.
 
     Raises
@@ -68,9 +70,8 @@ def start_sim_server(*, port: int, max_num_seqs: int, log_path: Path, extra: lis
     try:
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                raise RuntimeError(
-                    f"embedded server exited with {process.returncode}: {process.stderr.read().decode()[-500:]}"
-                )
+                stderr = cast(IO[bytes], process.stderr)  # stderr=PIPE above
+                raise RuntimeError(f"embedded server exited with {process.returncode}: {stderr.read().decode()[-500:]}")
             try:
                 if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
                     return process

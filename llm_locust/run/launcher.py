@@ -21,11 +21,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 from llm_locust.auth import api_key_out_of_argv, child_env
 from llm_locust.parentdeath import PARENT_ENV, command_ending_with_this_process
 from llm_locust.run.boot import PARENT_FLAG, go_message
 from llm_locust.run.progress import RunProgress, plan_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+
+    _SignalHandler = Callable[[int, FrameType | None], Any] | int | None  # what signal.signal returns
 
 GRACE_S = 30.0
 """How long processes get to exit on their own after SIGTERM."""
@@ -68,8 +75,8 @@ class SigtermAsInterrupt:
         self.ignored = 0
         self._stopping = False
         self._installed = False
-        self._previous = None
-        self._previous_sigint = None
+        self._previous: _SignalHandler = None
+        self._previous_sigint: _SignalHandler = None
 
     def __enter__(self) -> SigtermAsInterrupt:
         if threading.current_thread() is threading.main_thread():
@@ -495,7 +502,7 @@ def run_locust(
     run.run_dir.mkdir(parents=True, exist_ok=True)
     limit_s = run.timeout_s + (run.web_linger_s if run.web_port is not None else 0.0)
     port = run.master_port if run.remote_workers else free_port()
-    logs = []
+    logs: list[IO[str]] = []
     processes: list[subprocess.Popen] = []
     started = time.monotonic()
     try:
@@ -540,7 +547,12 @@ def remote_workers_line(run: LocustRun, port: int) -> str:
 
 
 def _start_locust(
-    command: list[str], log_path: Path, env: dict, api_key: str | None, logs: list, booted: subprocess.Popen | None
+    command: list[str],
+    log_path: Path,
+    env: dict,
+    api_key: str | None,
+    logs: list[IO[str]],
+    booted: subprocess.Popen | None,
 ) -> subprocess.Popen:
     """``booted`` given its command line and log (:class:`BootedLocust`), or,
     without one or when it had ended, a new process writing to ``log_path`` (appended to ``logs``)."""
@@ -557,7 +569,7 @@ def _start_locust(
 def _start_and_wait(
     run: LocustRun,
     port: int,
-    logs: list,
+    logs: list[IO[str]],
     processes: list,
     started: float,
     limit_s: float,
@@ -577,8 +589,12 @@ def _start_and_wait(
     master_log = run.run_dir / "locust_master.log"
     booted_master = booted.take_master() if booted else None
     forking = booted is not None and booted_master is not None and booted.fork_workers == run.workers > 0
-    if forking and BootedLocust.go(
-        booted_master, command, master_log, api_key, [(run.worker_command(port), log) for log in worker_logs]
+    if (
+        forking
+        and booted_master is not None
+        and BootedLocust.go(  # (forking holds only with a booted master)
+            booted_master, command, master_log, api_key, [(run.worker_command(port), log) for log in worker_logs]
+        )
     ):
         processes.append(booted_master)
         processes.extend(BootedLocust.forked(booted_master))
