@@ -440,7 +440,7 @@ def server_side(evidence: ServerEvidence, windows: pd.DataFrame | None = None) -
         batches=batches,
         batch_wait_max_ms=evidence.config.batch_wait_max_ms,
         replica_ceilings={r.name: r.config.batch_ceiling for r in evidence.replicas},
-        error_settings=error_settings(evidence.user_format),
+        error_settings=error_settings(evidence.user_format, evidence.log.errors if evidence.log is not None else None),
     )
 
 

@@ -224,7 +224,7 @@ def _names_the_read_timeout(verdict: dict) -> None:
     """The first recommendation raises the gateway's timeout (the format file's setting behind its
     'upstream timed out' lines), not the engine's queue."""
     first = verdict["recommendations"][0]
-    assert "proxy_read_timeout" in first["flag"] and first["because"] == "timeouts", verdict["recommendations"]
+    assert first["flag"] == "proxy_read_timeout" and first["because"] == "timeouts", verdict["recommendations"]
     assert first["change"].startswith("raise "), first
 
 

@@ -167,6 +167,10 @@ class UserFormat:
     """``(kind, setting)`` of each ``[[log.errors]]`` entry that names its ``setting``: the server's
     or gateway's option whose value makes those lines (a gateway's read timeout behind its
     ``timeout`` lines), named by the verdict's recommendation."""
+    error_pattern_settings: tuple[str, ...] = ()
+    """The ``setting`` of each entry of :attr:`error_patterns`, in its order ("" where the entry
+    names none): what :func:`~llm_locust.analysis.server.serverlog.errors.scan_errors` records on
+    each line a pattern matched."""
 
     @property
     def has_log_patterns(self) -> bool:
@@ -209,9 +213,14 @@ def _check_keys(source: str, where: str, table: dict, known: set[str]) -> None:
         raise UserFormatError(f"{source}: {where}: unknown keys {unknown}; known {sorted(known)}")
 
 
-def error_settings(user_format: UserFormat | None) -> dict[str, str]:
+def error_settings(user_format: UserFormat | None, errors: pd.DataFrame | None = None) -> dict[str, str]:
     """``{error kind: setting}`` of a format file's ``[[log.errors]] setting`` keys (several
     settings of one kind joined with " / "); empty without a format file or a setting.
+
+    With ``errors`` (:func:`~llm_locust.analysis.server.serverlog.errors.scan_errors`' lines, its
+    ``setting`` column), a kind whose lines name settings gets only those, in the order of the
+    lines: nginx's read-timeout lines name ``proxy_read_timeout`` alone, not its connect-timeout
+    pattern's setting too.
 
     >>> fmt = load_user_format('[[log.errors]]\\nkind = "timeout"\\npattern = "upstream timed out"\\n'
     ...                        'setting = "proxy_read_timeout"')
@@ -221,6 +230,10 @@ def error_settings(user_format: UserFormat | None) -> dict[str, str]:
     out: dict[str, list[str]] = {}
     for kind, setting in user_format.error_settings if user_format is not None else ():
         out.setdefault(kind, []).append(setting)
+    if errors is not None and "setting" in errors.columns:
+        named = errors[errors["setting"].astype(str) != ""]
+        for kind, lines in named.groupby("kind", sort=False):
+            out[str(kind)] = list(dict.fromkeys(lines["setting"].astype(str)))
     return {kind: " / ".join(settings) for kind, settings in out.items()}
 
 
@@ -295,6 +308,7 @@ def load_user_format(text: str, *, source: str = "format file") -> UserFormat:
         )
     errors = []
     error_settings: list[tuple[str, str]] = []
+    pattern_settings: list[str] = []
     for k, entry in enumerate(log.get("errors", []) or []):
         where = f"[[log.errors]] #{k + 1}"
         _check_keys(source, where, entry, {"kind", "pattern", "setting"})
@@ -306,6 +320,7 @@ def load_user_format(text: str, *, source: str = "format file") -> UserFormat:
             if not isinstance(entry["setting"], str) or not entry["setting"].strip():
                 raise UserFormatError(f"{source}: {where}: setting must be a non-empty string (an option's name)")
             error_settings.append((entry["kind"], entry["setting"].strip()))
+        pattern_settings.append(entry["setting"].strip() if "setting" in entry else "")
     stamp = log.get("timestamp")
     stamp_re = _regex(source, "[log] timestamp", stamp) if stamp is not None else None
     if stamp_re is not None and "ts" not in stamp_re.groupindex:
@@ -348,4 +363,5 @@ def load_user_format(text: str, *, source: str = "format file") -> UserFormat:
         metric_specs=tuple(specs),
         metric_config=tuple(metric_config),
         error_settings=tuple(dict.fromkeys(error_settings)),
+        error_pattern_settings=tuple(pattern_settings),
     )

@@ -172,7 +172,8 @@ def parse_server_log(
     if family is None and user_format is not None and user_format.timestamp is not None:
         family = ServerFamily.GENERIC  # a log of stamped error lines only (a gateway's: nginx-error)
     extra = user_format.error_patterns if user_format is not None else ()
-    errors = scan_errors(log, extra=extra)
+    settings = user_format.error_pattern_settings if user_format is not None else ()
+    errors = scan_errors(log, extra=extra, settings=settings)
     checked = user.format_check(log, user_format) if user_format is not None else ()
     if family is None:
         return ServerLogResult(

@@ -108,7 +108,9 @@ def _candidate_lines(log: LogText, user: list[tuple[str, re.Pattern]]) -> set[in
     return found
 
 
-def scan_errors(log: LogText, *, extra: tuple[tuple[str, str], ...] = ()) -> pd.DataFrame:
+def scan_errors(
+    log: LogText, *, extra: tuple[tuple[str, str], ...] = (), settings: tuple[str, ...] = ()
+) -> pd.DataFrame:
     """Error lines of ``log`` by kind (``t_s`` left NaN: the family's parser places them).
 
     Parameters
@@ -116,28 +118,35 @@ def scan_errors(log: LogText, *, extra: tuple[tuple[str, str], ...] = ()) -> pd.
     log : LogText
     extra : tuple of (kind, regex)
         User patterns, tried before the built-in ones.
+    settings : tuple of str, optional
+        The setting each of ``extra`` names, in its order (""; a format file's ``[[log.errors]]
+        setting``, :attr:`~llm_locust.analysis.server.userformat.UserFormat.error_pattern_settings`).
 
     Returns
     -------
     pandas.DataFrame
         Columns ``t_s`` (float64), ``line`` (int64, 1-based), ``kind`` (str), ``path`` (str: the
-        request path a user pattern's ``path`` group read, "" otherwise), ``text`` (the line, at
-        most 200 characters).
+        request path a user pattern's ``path`` group read, "" otherwise), ``setting`` (str: the
+        setting of the user pattern that matched, "" otherwise), ``text`` (the line, at most 200
+        characters).
     """
     user = compile_patterns(tuple(extra))
+    named = tuple(settings) + ("",) * (len(user) - len(settings))
     builtin = compile_patterns(DEFAULT_PATTERNS)
-    rows: dict[int, tuple[str, str]] = {}
+    rows: dict[int, tuple[str, str, str]] = {}
     for number in sorted(_candidate_lines(log, user)):
         line = log.line(number)
         head = line[:USER_PATTERN_CHARS]  # all a user pattern sees (bounds a slow one)
-        found = next(((kind, match) for kind, regex in user if (match := regex.search(head))), None)
+        found = next(
+            ((kind, match, named[i]) for i, (kind, regex) in enumerate(user) if (match := regex.search(head))), None
+        )
         if found is not None:
             path = found[1].groupdict().get("path") or ""
-            rows[number] = (found[0], path)
+            rows[number] = (found[0], path, found[2])
             continue
         kind = next((kind for kind, regex in builtin if regex.search(line)), None)
         if kind is not None:
-            rows[number] = (kind, "")
+            rows[number] = (kind, "", "")
     numbers = np.array(sorted(rows), dtype=np.int64)
     return pd.DataFrame(
         {
@@ -145,9 +154,10 @@ def scan_errors(log: LogText, *, extra: tuple[tuple[str, str], ...] = ()) -> pd.
             "line": numbers + 1,
             "kind": [rows[n][0] for n in numbers],
             "path": [rows[n][1] for n in numbers],
+            "setting": [rows[n][2] for n in numbers],
             "text": [log.line(int(n))[:200] for n in numbers],
         }
-    ).astype({"t_s": "float64", "line": "int64", "kind": str, "path": str, "text": str})
+    ).astype({"t_s": "float64", "line": "int64", "kind": str, "path": str, "setting": str, "text": str})
 
 
 def scraper_lines(errors: pd.DataFrame, scraped_urls) -> pd.Series:

@@ -8,6 +8,8 @@ import re
 
 import pandas as pd
 
+from llm_locust.analysis.server.serverlog import LogText
+from llm_locust.analysis.server.serverlog.errors import scan_errors
 from llm_locust.analysis.server.userformat import error_settings, format_file_path, load_user_format
 from llm_locust.analysis.verdict.failures import client_failures, failures, step_failure_kind
 from llm_locust.analysis.verdict.recommend import recommend
@@ -113,3 +115,30 @@ def test_the_shipped_nginx_format_names_its_timeouts_settings():
     kinds = [kind for kind, pattern in fmt.error_patterns if re.search(pattern, text)]
     settings = [s for k, s in fmt.error_settings if k == "timeout"]
     assert kinds == ["timeout"] and settings == ["proxy_connect_timeout", "proxy_read_timeout"]
+
+
+NGINX_LINES = [  # nginx 1.22's error log (src/http/ngx_http_upstream.c), a run with read timeouts only
+    "2026/12/07 11:22:14 [error] 15169#15169: *15 upstream timed out (110: Connection timed out) while reading "
+    'response header from upstream, client: 127.0.0.1, server: , request: "POST /v1/chat/completions HTTP/1.1", '
+    'upstream: "http://127.0.0.1:18101/v1/chat/completions", host: "127.0.0.1:18103"',
+    "2026/12/07 11:22:15 [error] 15169#15169: *16 upstream timed out (110: Connection timed out) while reading "
+    'upstream, client: 127.0.0.1, server: , request: "POST /v1/chat/completions HTTP/1.1", '
+    'upstream: "http://127.0.0.1:18101/v1/chat/completions", host: "127.0.0.1:18103"',
+    '2026/12/07 11:22:16 [error] 15169#15169: *17 limiting connections by zone "perclient", client: 127.0.0.1, '
+    'server: , request: "POST /v1/chat/completions HTTP/1.1", host: "127.0.0.1:18103"',
+]
+
+
+def test_the_setting_named_is_the_one_behind_the_lines_the_log_holds():
+    """Read timeouts only: the recommendation names proxy_read_timeout, not also the connect
+    timeout whose pattern matched nothing (the format's per-kind list said both)."""
+    fmt = load_user_format(format_file_path("nginx-error").read_text(encoding="utf-8"))
+    errors = scan_errors(
+        LogText.from_text("\n".join(NGINX_LINES)), extra=fmt.error_patterns, settings=fmt.error_pattern_settings
+    )
+    assert errors["setting"].tolist() == ["proxy_read_timeout", "proxy_read_timeout", ""]
+    assert error_settings(fmt, errors) == {"timeout": "proxy_read_timeout"}
+    connect = NGINX_LINES[0].replace("reading response header from upstream", "connecting to upstream")
+    both = scan_errors(LogText.from_text(connect + "\n" + NGINX_LINES[1]), extra=fmt.error_patterns,
+                       settings=fmt.error_pattern_settings)  # fmt: skip
+    assert error_settings(fmt, both) == {"timeout": "proxy_connect_timeout / proxy_read_timeout"}
