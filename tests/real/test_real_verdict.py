@@ -13,6 +13,8 @@ Expected answers come from how each server was started, not from this project's 
 
 - vLLM ``--max-num-seqs 1``: the same, on the engine whose ceiling is read from its startup log
   (``max_num_seqs`` in its non-default args): ``batching_off`` at 1.
+- vLLM ``--max-num-seqs 4``: running follows the users up to 4, then the rest wait:
+  ``scheduler_ceiling`` at 4.
 - vLLM ``--max-num-seqs 8`` with a KV cache of 5 blocks of 128 tokens (``--num-gpu-blocks-override
   5``; one is vLLM's null block): a request of the default prompt (~46 tokens) + 64 output tokens
   takes one block, so 4 run at a time however many wait, below the ceiling of 8, and the cache
@@ -44,7 +46,7 @@ import sys
 
 import pytest
 
-from tests.real_servers import PRESTART_KEY, VLLM_KV, VLLM_KV_BLOCKS, VLLM_SEQS1, real_server
+from tests.real_servers import PRESTART_KEY, VLLM_KV, VLLM_KV_BLOCKS, VLLM_SEQS1, VLLM_SEQS4, real_server
 from tests.verdict_contract import assert_verdict_contract
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_server]
@@ -146,6 +148,24 @@ def test_vllm_with_max_num_seqs_1_is_batching_off(tmp_path, request):
     assert verdict["bottleneck"] == "batching_off", completed.stdout[-3000:]
     assert verdict["critical_concurrency"] == 1, completed.stdout[-3000:]
     assert "max_num_seqs = 1" in verdict["evidence"][0]["text"], verdict["evidence"][0]
+    assert any("--max-num-seqs" in (r.get("flag") or "") for r in verdict["recommendations"]), verdict
+    assert_verdict_contract(verdict, completed.stdout[-3000:])
+
+
+def test_vllm_with_max_num_seqs_4_is_a_scheduler_ceiling_at_4(tmp_path, request):
+    """``--max-num-seqs 4``: running follows the users up to 4 and stays there while the rest
+    wait (measured on 7 Dec 2026, run alone: 35, 71, 142, 135 output tokens/s at 1, 2, 4, 8
+    users, running 1.00, 1.76, 3.90, 4.00, 4.00 waiting at 8). Its own start (~30-90 s) and a
+    2, 4, 8 ladder (~50 s)."""
+    completed, verdict, steps = _vllm_run(VLLM_SEQS4, request, tmp_path, [2, 4, 8])
+    for users in (2, 4):  # the gauge misses each request's moments outside the engine
+        assert 0.7 * users <= float(steps[users]["server_running"]) <= users + 0.05, steps[users]
+        assert float(steps[users]["server_waiting"]) < 0.5, steps[users]
+    assert 3.6 <= float(steps[8]["server_running"]) <= 4.05, steps[8]
+    assert float(steps[8]["server_waiting"]) >= 2.5, steps[8]
+    assert verdict["bottleneck"] == "scheduler_ceiling", completed.stdout[-3000:]
+    assert verdict["critical_concurrency"] == 4, completed.stdout[-3000:]
+    assert "max_num_seqs = 4" in verdict["evidence"][0]["text"], verdict["evidence"][0]
     assert any("--max-num-seqs" in (r.get("flag") or "") for r in verdict["recommendations"]), verdict
     assert_verdict_contract(verdict, completed.stdout[-3000:])
 

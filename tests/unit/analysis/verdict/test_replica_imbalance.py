@@ -79,7 +79,9 @@ def test_a_replica_queueing_at_its_ceiling_saturates_the_whole_while_throughput_
     tab["server_running"] = [sum(piles[n][0][i] for n in piles) for i in range(len(USERS))]
     tab["server_waiting"] = [sum(piles[n][1][i] for n in piles) for i in range(len(USERS))]
     config = ServerConfig(engine="llamacpp", batch_ceiling=4, batch_ceiling_name="n_slots")
-    verdict = diagnose(tab, ServerSide(family="llamacpp", replica_ceilings={"one": 1, "three": 3}), config, ClientSide())
+    verdict = diagnose(
+        tab, ServerSide(family="llamacpp", replica_ceilings={"one": 1, "three": 3}), config, ClientSide()
+    )
     assert verdict.bottleneck is BottleneckKind.SCHEDULER_CEILING, verdict.headline
     assert verdict.critical_concurrency == 2  # one queues (1.5 > 0.5 waiting) from 4 users on
     assert verdict.critical.saturated_users == 4
