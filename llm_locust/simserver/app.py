@@ -23,7 +23,7 @@ import hmac
 import itertools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 from aiohttp import web
@@ -41,6 +41,7 @@ from llm_locust.simserver.openai_response import (
     models_response,
     usage_fields,
 )
+from llm_locust.simserver.prefixcache import block_hashes
 from llm_locust.simserver.text import TokenTextGenerator, response_id, stop_length
 
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
@@ -153,7 +154,10 @@ class SimServerApp:
             return _error_response(error)
         try:
             number, sim_request, queue = self.submit(
-                prompt_tokens=parsed.prompt_tokens, max_tokens=parsed.max_tokens, ignore_eos=parsed.ignore_eos
+                prompt_tokens=parsed.prompt_tokens,
+                max_tokens=parsed.max_tokens,
+                ignore_eos=parsed.ignore_eos,
+                prompt=parsed.prompt,
             )
         except QueueFullError as exc:
             if config.flavor == "tgi":  # router/src/infer: InferError::Overloaded
@@ -188,9 +192,12 @@ class SimServerApp:
             self.final_fields(sim_request.request_id)  # dropped when the handler did not take them
 
     def submit(
-        self, *, prompt_tokens: int, max_tokens: int, ignore_eos: bool
+        self, *, prompt_tokens: int, max_tokens: int, ignore_eos: bool, prompt: Sequence[str] = ()
     ) -> tuple[int, SimRequest, asyncio.Queue[TokenOutput]]:
         """Number a generation request and submit it to the engine.
+
+        ``prompt`` is the prompt's tokens (:mod:`llm_locust.simserver.openai_request`), hashed
+        into KV blocks when prefix caching is on (none given: nothing cached for it).
 
         Returns
         -------
@@ -207,7 +214,9 @@ class SimServerApp:
         """
         config = self._config
         number = next(self._request_numbers)
+        hashes = block_hashes(prompt, config.block_size) if config.enable_prefix_caching else ()
         sim_request = SimRequest(
+            block_hashes=hashes,
             request_id=f"req-{number}",
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,

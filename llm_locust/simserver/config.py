@@ -90,6 +90,15 @@ class SimConfig:
         ``{"error": "timed out in queue"}`` and a ``timed out in queue`` log line).
     slowdown : float, default 1.0
         Multiplies every step time (a slower, e.g. quantized, variant of the same model).
+    enable_prefix_caching : bool, default False
+        vLLM's automatic prefix caching (``--enable-prefix-caching``; on by default in vLLM V1,
+        off here so that the other workloads keep their prefill cost): a request's leading full
+        KV blocks already computed for an earlier prompt are not prefilled again, counted in
+        ``vllm:prefix_cache_queries_total`` / ``vllm:prefix_cache_hits_total`` (tokens) and the
+        stats line's ``Prefix cache hit rate`` (:mod:`llm_locust.simserver.prefixcache`).
+    block_size : int, default 16
+        KV block size, tokens (vLLM ``--block-size``; its GPU default, 128 on its CPU backend):
+        only whole blocks of a shared prefix are reused.
     tokens_per_chunk : int, default 1
         Generated tokens written per SSE chunk: the stream holds each token until this many
         are ready (or the request ends) and writes their texts in one chunk, as a server that
@@ -133,6 +142,8 @@ class SimConfig:
     batch_wait_ms: float = ENGINE_DEFAULTS["batch_wait_ms"]
     roofline: bool = ENGINE_DEFAULTS["roofline"]
     queue_timeout_ms: float = ENGINE_DEFAULTS["queue_timeout_ms"]
+    enable_prefix_caching: bool = ENGINE_DEFAULTS["enable_prefix_caching"]
+    block_size: int = ENGINE_DEFAULTS["block_size"]
     tokens_per_chunk: int = 1
     seed: int = 0
     log_stats_interval_s: float = 2.0
@@ -148,13 +159,13 @@ class SimConfig:
         ------
         ValueError
             When a count is below 1 (``max_model_len``, ``max_num_seqs``,
-            ``max_num_batched_tokens``, ``tokens_per_chunk``), a time is negative, ``slowdown`` or
+            ``max_num_batched_tokens``, ``tokens_per_chunk``, ``block_size``), a time is negative, ``slowdown`` or
             ``log_stats_interval_s`` is not positive, ``max_queue`` or ``effective_max_num_seqs``
             is negative, ``reject_status`` is not 429 or 503, ``batching`` is unknown, the port
             is out of 0..65535, or ``kv_capacity_tokens < max_model_len`` (one full-length
             request must fit, as vLLM demands at startup).
         """
-        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "tokens_per_chunk"):
+        for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "tokens_per_chunk", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in (
@@ -281,6 +292,7 @@ _FLAGS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
         "drop a request still queued this long after arriving, ms (generic flavour: "
         "504 'timed out in queue' and a log line); 0 = never",
     ),
+    ("--block-size", int, "KV block size, tokens: the prefix cache reuses whole blocks only (vLLM --block-size)"),
     (
         "--tokens-per-chunk",
         int,
@@ -323,6 +335,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             flag, type=kind, default=default, dest=field, metavar=metavar, help=f"{help_text} (default: {default})"
         )
+    parser.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=_DEFAULTS.enable_prefix_caching,
+        dest="enable_prefix_caching",
+        help="vLLM's automatic prefix caching: leading full KV blocks computed for an earlier prompt are not "
+        "prefilled again (vllm:prefix_cache_queries/hits, 'Prefix cache hit rate'); --no-enable-prefix-caching "
+        f"as vLLM (default: {_DEFAULTS.enable_prefix_caching})",
+    )
     add_deprecated_alias(parser, "--host", "--listen", dest="host")  # its name before --listen
 
 

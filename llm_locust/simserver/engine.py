@@ -17,7 +17,8 @@ Model of one step
    free KV. No chunked prefill: a context larger than the whole budget is admitted only into an
    otherwise empty step. The queue is never reordered to skip a blocked head.
 3. Duration, ms: ``slowdown * (decode_base_ms + decode_per_seq_ms * B + prefill_ms_per_token * P)``
-   with B the sequences in the batch after admission and P the context tokens prefilled; with
+   with B the sequences in the batch after admission and P the context tokens prefilled (with
+   prefix caching, those found cached left out); with
    ``roofline`` the decode part is ``max(decode_base_ms, decode_per_seq_ms * B)`` instead: a
    decode step reads all the weights whatever the batch (memory-bound, flat) until the batch's
    arithmetic makes it compute-bound (growing with B) - the roofline model of decode on a GPU,
@@ -45,6 +46,10 @@ Variants (each a model of a real server behaviour)
   the full ``batch_wait_ms`` when batches do not fill, 0 when a full batch was waiting. This
   needs the clock: :meth:`BatchEngine.begin_step` takes ``now_s`` and, while a batch fills, returns
   None with :attr:`BatchEngine.fill_deadline_s` set.
+- ``enable_prefix_caching``: vLLM's automatic prefix caching (:mod:`llm_locust.simserver.prefixcache`):
+  at admission the request's leading full blocks found cached (``block_hashes``) are not
+  prefilled again - only the rest takes the step's token budget and its prefill time - and the
+  lookup is counted in ``prefix_cache_queries_total`` / ``prefix_cache_hits_total`` (tokens).
 - ``queue_timeout_ms`` > 0: a request still waiting for its first admission this long after its
   arrival is dropped from the queue (an in-house server's "timed out in queue", answered 504):
   :meth:`BatchEngine.expire_waiting` removes them; :meth:`BatchEngine.next_expiry_s` says when
@@ -56,6 +61,8 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass, field
+
+from llm_locust.simserver.prefixcache import PrefixCache
 
 
 class FinishReason(str, enum.Enum):
@@ -97,6 +104,11 @@ class SimRequest:
     arrival_s : float, default 0.0
         When the request reached the engine, s on the clock of ``begin_step``'s ``now_s``
         (the driver's loop clock); used by static batching's batch wait.
+    block_hashes : tuple of bytes, default ()
+        Chained hashes of the prompt's full KV blocks (:func:`~llm_locust.simserver.prefixcache.block_hashes`);
+        read only with prefix caching on (empty: nothing to find or cache).
+    cached_tokens : int, default 0
+        Prompt tokens its first admission found in the prefix cache (vLLM ``num_cached_tokens``).
     """
 
     request_id: str
@@ -106,6 +118,8 @@ class SimRequest:
     generated_tokens: int = 0
     counted_prompt: bool = False
     arrival_s: float = 0.0
+    block_hashes: tuple[bytes, ...] = ()
+    cached_tokens: int = 0
 
     @property
     def context_tokens(self) -> int:
@@ -126,13 +140,15 @@ class StepPlan:
     preempted : tuple of str
         Ids preempted back to the waiting queue at the start of this step.
     prefill_tokens : int
-        Context tokens prefilled in this step.
+        Context tokens prefilled in this step (those found in the prefix cache left out).
     duration_ms : float
         Step time, ms (formula in the module docstring).
     batch_wait_ms : float or None, default None
         Static batching only, in the step that forms a new batch: how long the batcher held
         the batch open to fill, ms - from when it was free (the previous batch done) and a
         request waited, to the start; 0 when a full batch was waiting. None otherwise.
+    cached_tokens : int, default 0
+        Context tokens of the admitted requests found in the prefix cache (not prefilled).
     """
 
     batch: tuple[str, ...]
@@ -141,6 +157,7 @@ class StepPlan:
     prefill_tokens: int
     duration_ms: float
     batch_wait_ms: float | None = None
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,10 +186,13 @@ class BatchEngine:
     """The scheduler state and its counters.
 
     Parameters are those of ``SimConfig`` with the same names (times in ms, sizes in tokens);
-    ``batching`` is ``"continuous"`` or ``"static"`` (module docstring).
+    ``batching`` is ``"continuous"`` or ``"static"`` (module docstring); ``block_size`` is the
+    KV block of the prefix cache, tokens.
     Counters (cumulative since start): ``prompt_tokens_total`` (each request's prompt once, at
-    its first admission), ``generation_tokens_total``, ``num_preemptions_total`` and
-    ``finished_total`` by :class:`FinishReason` (aborts included).
+    its first admission, cached tokens included, as vLLM counts ``vllm:prompt_tokens``),
+    ``prompt_tokens_cached_total`` (of those, found in the prefix cache),
+    ``generation_tokens_total``, ``num_preemptions_total`` and ``finished_total`` by
+    :class:`FinishReason` (aborts included); the prefix cache's own in :attr:`prefix_cache`.
     """
 
     max_num_seqs: int = 8
@@ -188,9 +208,12 @@ class BatchEngine:
     batch_wait_ms: float = 0.0
     roofline: bool = False
     queue_timeout_ms: float = 0.0
+    enable_prefix_caching: bool = False
+    block_size: int = 16
     waiting: deque[SimRequest] = field(init=False, default_factory=deque)
     running: list[SimRequest] = field(init=False, default_factory=list)
     prompt_tokens_total: int = field(init=False, default=0)
+    prompt_tokens_cached_total: int = field(init=False, default=0)
     generation_tokens_total: int = field(init=False, default=0)
     num_preemptions_total: int = field(init=False, default=0)
     finished_total: dict[FinishReason, int] = field(
@@ -199,12 +222,18 @@ class BatchEngine:
     fill_deadline_s: float | None = field(init=False, default=None)
     """Static batching: when the batch now filling starts at the latest (``now_s`` clock), while
     :meth:`begin_step` returned None with requests waiting; None otherwise."""
+    prefix_cache: PrefixCache | None = field(init=False, default=None)
+    """The prefix cache and its counters (None with ``enable_prefix_caching`` off: nothing is
+    looked up, as in vLLM)."""
     _plan: StepPlan | None = field(init=False, default=None, repr=False)
     _free_since_s: float | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.batching not in BATCHING_MODES:
             raise ValueError(f"batching must be one of {list(BATCHING_MODES)}, got {self.batching!r}")
+        if self.enable_prefix_caching:
+            capacity = max(1, self.kv_capacity_tokens // self.block_size)
+            self.prefix_cache = PrefixCache(block_size=self.block_size, capacity_blocks=capacity)
 
     @property
     def ceiling(self) -> int:
@@ -336,25 +365,33 @@ class BatchEngine:
             self.num_preemptions_total += 1
             preempted.append(victim.request_id)
         admitted: list[str] = []
-        prefill = 0
+        prefill = cached = 0
+        cache = self.prefix_cache
         budget = self.max_num_batched_tokens - len(self.running)
         free_kv = self.kv_capacity_tokens - self.kv_used_tokens - len(self.running)
         static_busy = self.batching == "static" and bool(self.running)
         while not preempted and not static_busy and self.waiting and len(self.running) < self.ceiling:
             head = self.waiting[0]
-            cost = head.context_tokens
+            hit = cache.hit_tokens(head.block_hashes, head.context_tokens) if cache is not None else 0
+            cost = head.context_tokens - hit
             alone = not self.running
-            if (cost > budget and not alone) or cost + 1 > free_kv:
+            if (cost > budget and not alone) or head.context_tokens + 1 > free_kv:
                 break
             self.waiting.popleft()
             self.running.append(head)
             admitted.append(head.request_id)
             budget -= cost
-            free_kv -= cost + 1
+            free_kv -= head.context_tokens + 1
             prefill += cost
+            cached += hit
+            if cache is not None:
+                cache.admit(head.block_hashes, num_tokens=head.context_tokens, hit_tokens=hit,
+                            preempted=head.counted_prompt)  # fmt: skip
             if not head.counted_prompt:
                 head.counted_prompt = True
+                head.cached_tokens = hit
                 self.prompt_tokens_total += head.prompt_tokens
+                self.prompt_tokens_cached_total += hit
         batch_size = len(self.running)
         if self.roofline:
             decode_ms = max(self.decode_base_ms, self.decode_per_seq_ms * batch_size)
@@ -368,6 +405,7 @@ class BatchEngine:
             prefill_tokens=prefill,
             duration_ms=duration_ms,
             batch_wait_ms=batch_wait_ms if admitted else None,
+            cached_tokens=cached,
         )
         return self._plan
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from llm_locust.simserver.engine import QueueFullError
-from llm_locust.simserver.openai_request import BOS_TOKENS
+from llm_locust.simserver.openai_request import completion_prompt
 from llm_locust.simserver.text import TokenTextGenerator
 
 if TYPE_CHECKING:
@@ -89,10 +89,14 @@ class GenericApi:
         max_new = body.get("max_new_tokens", 64)
         if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1:
             return _error(400, "max_new_tokens must be a whole number >= 1")
-        prompt_tokens = len(body["prompt"].split()) + BOS_TOKENS
+        prompt = completion_prompt(body["prompt"])
+        prompt_tokens = len(prompt)
         try:
             number, sim_request, queue = self.app.submit(
-                prompt_tokens=prompt_tokens, max_tokens=max_new, ignore_eos=bool(body.get("ignore_eos", False))
+                prompt_tokens=prompt_tokens,
+                max_tokens=max_new,
+                ignore_eos=bool(body.get("ignore_eos", False)),
+                prompt=prompt,
             )
         except QueueFullError:
             return _error(503, "queue full")

@@ -8,7 +8,8 @@ Line formats (``MM-DD HH:MM:SS`` is local wall time, as vLLM prints it):
   http://127.0.0.1:8000``;
 - stats, every interval: ``INFO 11-30 12:23:03 [loggers.py:335] Engine 000: Avg prompt
   throughput: 16.0 tokens/s, Avg generation throughput: 26.4 tokens/s, Running: 1 reqs, Waiting:
-  0 reqs, GPU KV cache usage: 0.4%, Prefix cache hit rate: 0.0%``. As in vLLM (``loggers.py``),
+  0 reqs, GPU KV cache usage: 0.4%, Prefix cache hit rate: 0.0%`` (hits / queries of the last
+  1,000 requests looked up, :mod:`llm_locust.simserver.prefixcache`). As in vLLM (``loggers.py``),
   ``Preemptions: N, `` is inserted before ``GPU KV cache usage`` when N > 0 preemptions happened
   in the interval, and the line is skipped when the prompt and generation throughputs of this
   and the previous interval are all zero (idle engine);
@@ -161,6 +162,7 @@ class StatsLogger:
             waiting=engine.num_waiting,
             preemptions=counts[2] - last_counts[2],
             kv_usage_ratio=engine.kv_usage_ratio,
+            prefix_hit_ratio=engine.prefix_cache.recent_hit_ratio if engine.prefix_cache is not None else 0.0,
         )
         self._writer.info("loggers.py:335", message)
         return message

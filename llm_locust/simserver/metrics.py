@@ -11,11 +11,20 @@ name as exposed                     type     value
 ``vllm:num_requests_waiting``       gauge    requests in the waiting queue
 ``vllm:kv_cache_usage_perc``        gauge    KV usage as a 0..1 ratio (as vLLM, despite the name)
 ``vllm:num_preemptions_total``      counter  preemptions since start
-``vllm:prompt_tokens_total``        counter  prompt tokens prefilled (each request once)
+``vllm:prompt_tokens_total``        counter  prompt tokens taken in (each request once, cached
+                                             tokens included, as vLLM's ``num_prompt_tokens``)
+``vllm:prompt_tokens_by_source``    counter  the same split by ``source``: ``local_compute``
+                                             (prefilled), ``local_cache_hit``,
+                                             ``external_kv_transfer`` (always 0)
+``vllm:prompt_tokens_cached_total`` counter  prompt tokens found in the prefix cache
+``vllm:prefix_cache_queries_total`` counter  prompt tokens looked up in the prefix cache (0 with
+                                             it off: vLLM looks nothing up)
+``vllm:prefix_cache_hits_total``    counter  of those, tokens found cached
 ``vllm:generation_tokens_total``    counter  tokens generated
 ``vllm:request_success_total``      counter  finished requests by ``finished_reason``
                                              (stop, length, abort, error, repetition)
 ``vllm:cache_config_info``          gauge    1.0, with vLLM CacheConfig-style labels
+                                             (``block_size``, ``enable_prefix_caching``)
 ==================================  =======  ====================================================
 
 Counters also expose ``<name>_created`` (the server start, Unix seconds), as vLLM's do.
@@ -32,8 +41,6 @@ from prometheus_client.registry import Collector
 from llm_locust.simserver.config import SimConfig
 from llm_locust.simserver.engine import BatchEngine
 
-KV_BLOCK_SIZE_TOKENS = 16
-"""Block size reported in ``vllm:cache_config_info`` (vLLM's GPU default)."""
 _FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 
@@ -81,6 +88,30 @@ class EngineCollector(Collector):
             "vllm:num_preemptions", "Cumulative number of preemption from the engine.", engine.num_preemptions_total
         )
         yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", engine.prompt_tokens_total)
+        cached = engine.prompt_tokens_cached_total
+        by_source = CounterMetricFamily(
+            "vllm:prompt_tokens_by_source",
+            "Number of prompt tokens by source.",
+            labels=["engine", "model_name", "source"],
+        )
+        for source, value in (
+            ("local_compute", engine.prompt_tokens_total - cached), ("local_cache_hit", cached),
+            ("external_kv_transfer", 0),
+        ):  # fmt: skip
+            by_source.add_metric(["0", config.model_name, source], value, created=self._created_s)
+        yield by_source
+        yield self._counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).", cached)
+        cache = engine.prefix_cache
+        yield self._counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            cache.queries_total if cache is not None else 0,
+        )
+        yield self._counter(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            cache.hits_total if cache is not None else 0,
+        )
         yield self._counter(
             "vllm:generation_tokens", "Number of generation tokens processed.", engine.generation_tokens_total
         )
@@ -94,14 +125,14 @@ class EngineCollector(Collector):
             success.add_metric(["0", reason, config.model_name], by_reason.get(reason, 0), created=self._created_s)
         yield success
         info_labels = {
-            "block_size": str(KV_BLOCK_SIZE_TOKENS),
+            "block_size": str(config.block_size),
             "cache_dtype": "auto",
-            "enable_prefix_caching": "False",
+            "enable_prefix_caching": str(config.enable_prefix_caching),
             "engine": "0",
             "gpu_memory_utilization": "0.9",
             "kv_cache_max_concurrency": str(config.kv_capacity_tokens / config.max_model_len),
             "kv_cache_size_tokens": str(config.kv_capacity_tokens),
-            "num_gpu_blocks": str(config.kv_capacity_tokens // KV_BLOCK_SIZE_TOKENS),
+            "num_gpu_blocks": str(config.kv_capacity_tokens // config.block_size),
         }
         info = GaugeMetricFamily(
             "vllm:cache_config_info", "Information of the LLMEngine CacheConfig", labels=list(info_labels)

