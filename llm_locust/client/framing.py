@@ -34,7 +34,7 @@ class JSONLinesDecoder:
         self._buf = b""
         self.pending_bytes = 0
 
-    def feed(self, piece: bytes) -> list[tuple[str, bytes]] | tuple:
+    def feed(self, piece: bytes | bytearray) -> list[tuple[str, bytes]] | tuple:
         """Add bytes; return the lines they completed (blank ones skipped)."""
         data = self._buf + piece if self._buf else bytes(piece)
         end = data.rfind(b"\n")
@@ -65,7 +65,7 @@ class WholeBodyDecoder:
         self._buf = bytearray()
         self.pending_bytes = 0
 
-    def feed(self, piece: bytes) -> tuple:
+    def feed(self, piece: bytes | bytearray) -> tuple:
         """Add bytes; nothing is complete before the end of the body."""
         self._buf += piece
         self.pending_bytes = len(self._buf)

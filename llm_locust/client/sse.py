@@ -30,7 +30,7 @@ _BOM = b"\xef\xbb\xbf"
 _NO_EVENTS: tuple = ()
 
 
-def is_done(data: bytes) -> bool:
+def is_done(data: bytes | bytearray) -> bool:
     """True for the ``[DONE]`` sentinel, with or without surrounding spaces.
 
     >>> is_done(b"[DONE]"), is_done(b" [DONE] "), is_done(b'{"x": 1}')
@@ -59,14 +59,16 @@ class SSEDecoder:
         self.pending_bytes = 0
         """Bytes of an event not yet complete (set after each feed)."""
 
-    def feed(self, piece: bytes) -> list[tuple[str, bytes]] | tuple:
+    def feed(self, piece: bytes | bytearray) -> list[tuple[str, bytes | bytearray]] | tuple:
         """Add the next bytes of the body; return the events they completed, in order.
 
         Returns
         -------
         list of (event_type, data)
             ``event_type`` is ``"message"`` unless an ``event:`` field (or a bare ``error:``
-            field) said otherwise; ``data`` is the data buffer (bytes, lines joined with LF).
+            field) said otherwise; ``data`` is the data buffer (lines joined with LF): bytes, or a
+            slice of ``piece`` when that is a ``bytearray`` (the HTTP parser's body buffer, as
+            :mod:`llm_locust.client.stream` feeds it) made of whole one-line events.
         """
         if not self._buf and self._started and not self._cr_pending and piece.endswith(b"\n\n") and b"\r" not in piece:
             return self._whole_events(piece)  # the common case: whole LF-framed events, nothing pending
@@ -124,7 +126,7 @@ class SSEDecoder:
         """The body ended: an event still incomplete was cut off and is discarded (no events)."""
         return _NO_EVENTS
 
-    def _whole_events(self, piece: bytes) -> list[tuple[str, bytes]] | tuple:
+    def _whole_events(self, piece: bytes | bytearray) -> list[tuple[str, bytes | bytearray]] | tuple:
         self.pending_bytes = 0
         if piece[:6] == b"data: ":
             payloads = piece[6:-2].split(b"\n\ndata: ")
@@ -132,8 +134,8 @@ class SSEDecoder:
                 # the only line ends are the event ends, and every event starts "data: ": one-line events
                 return [("message", payload) for payload in payloads]
         blocks = piece.split(b"\n\n")
-        events: list[tuple[str, bytes]] | None = None
-        event: tuple[str, bytes] | None  # an annotation only: nothing runs per block
+        events: list[tuple[str, bytes | bytearray]] | None = None
+        event: tuple[str, bytes | bytearray] | None  # an annotation only: nothing runs per block
         parse = self._parse
         for block in blocks:
             if block[:5] == b"data:" and b"\n" not in block:
@@ -152,7 +154,7 @@ class SSEDecoder:
         return events if events is not None else _NO_EVENTS
 
     @staticmethod
-    def _parse(block: bytes) -> tuple[str, bytes] | None:
+    def _parse(block: bytes | bytearray) -> tuple[str, bytes | bytearray] | None:
         """One event block (lines without the final empty line) -> (type, data) or None."""
         if block[:5] == b"data:" and b"\n" not in block:  # the common case: one data line
             return ("message", block[6:] if block[5:6] == b" " else block[5:])

@@ -39,7 +39,9 @@ import math
 import re
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from gevent import GreenletExit
 from geventhttpclient._parser import HTTPResponseParser
@@ -54,6 +56,11 @@ from llm_locust.client.reader import RECV_BYTES, StreamReader, arrival_recv, raw
 from llm_locust.client.record import ErrorKind
 from llm_locust.client.sse import DONE, is_done
 from llm_locust.client.watchdog import Deadline, Expired, Watchdog
+
+if TYPE_CHECKING:
+    # a stream's learned template (prefix, suffix, len(prefix), -len(suffix)), see _EventStream._learn: slices
+    # of the event that taught it (bytearray ones when the SSE decoder was fed the parser's buffer)
+    _Template = tuple[bytes | bytearray, bytes | bytearray, int, int]
 
 _FEED = HTTPResponseParser.feed
 """The C parser's own ``feed``: ``HTTPResponse.feed`` wraps it in Python only to forgive a body
@@ -176,11 +183,11 @@ class Exchange:
     headers_t: float = math.nan
     status: int = 0
     retry_after: str = ""
-    token_us: list = field(default_factory=list)
+    token_us: list[str] = field(default_factory=list)
     token_events: int = 0
-    texts: list = field(default_factory=list)
-    stated: list = field(default_factory=list)
-    running: list = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    stated: list[int] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
     first_token_t: float = math.nan
     first_answer_t: float = math.nan
     pre_tokens: int = 0
@@ -240,7 +247,7 @@ class _Clock:
         return f"request took longer than {self.limits.total_s:g} s"
 
 
-def _send(sock, raw, request: bytes) -> None:
+def _send(sock: socket.socket, raw: socket.socket | None, request: bytes) -> None:
     """Write ``request`` on ``sock``: on its OS socket ``raw`` (None: TLS) in one ``send`` when
     the socket takes it all, as it nearly always does (gevent's ``sendall`` costs a
     ``getsockopt`` system call and a few µs of Python per request), else gevent's ``sendall``
@@ -264,7 +271,7 @@ def _send(sock, raw, request: bytes) -> None:
 
 def _open(
     pool: ConnectionPool, request: bytes, clock: _Clock, out: Exchange, *, reuse: bool = True
-) -> tuple[socket.socket, object, bool]:
+) -> tuple[socket.socket, socket.socket | None, bool]:
     """A connection with the request written on it, its OS socket (:func:`raw_socket`; None for
     TLS) and whether it was a kept-alive one."""
     sock = pool.idle_socket() if reuse else None
@@ -371,6 +378,7 @@ def run_exchange(
                         pass
             reusable = stream.reusable
     except (Exception, GreenletExit) as exc:
+        failure: Failure | None  # an annotation only
         if isinstance(exc, GreenletExit):  # Locust stopped the user mid-request
             out.interrupt = exc
             failure = Failure(ErrorKind.INTERRUPTED, INTERRUPTED_MESSAGE, time.perf_counter())
@@ -392,7 +400,7 @@ def run_exchange(
     return out, reusable
 
 
-def _read_headers(sock, raw, out: Exchange) -> HTTPResponse:
+def _read_headers(sock: socket.socket, raw: socket.socket | None, out: Exchange) -> HTTPResponse:
     """Read up to the end of the final response headers; the parser holds the body bytes read so far.
 
     Raises
@@ -439,7 +447,7 @@ def _failure_of(exc: BaseException) -> Failure | None:
     return None
 
 
-def _read_error_body(sock, parser: HTTPResponse, out: Exchange) -> bool:
+def _read_error_body(sock: socket.socket, parser: HTTPResponse, out: Exchange) -> bool:
     body = parser._body_buffer
     while not parser.message_complete and len(body) < ERROR_BODY_BYTES:
         data = sock.recv(RECV_BYTES)
@@ -456,7 +464,7 @@ MAX_TOKEN_COUNT = 2**31 - 1
 """Largest token count a usage object may state."""
 
 
-def checked_usage(usage) -> int | None:
+def checked_usage(usage: Any) -> int | None:
     """``usage.completion_tokens`` of a usage object, after checking its counts.
 
     >>> checked_usage({"prompt_tokens": 7, "completion_tokens": 3})
@@ -508,7 +516,7 @@ class _EventStream:
         self.body = parser._body_buffer  # the C parser appends decoded body bytes here
         # ... through its ``_on_body`` callback, looked up on the parser at each chunk: a C method
         # in place of HTTPResponse's Python one (``+=`` on the same buffer) saves 0.19 µs per read
-        parser._on_body = self.body.extend
+        parser._on_body = self.body.extend  # type: ignore[method-assign, assignment]  # (same effect as the Python one)
         self.decoder = make_decoder(adapter.framing)
         self.message_ends = adapter.framing != "sse"
         self.streamed = adapter.framing != "json"
@@ -521,18 +529,16 @@ class _EventStream:
         self.draining = False
         self.reusable = False
         self.last_t = -INF
-        self.template: tuple[bytes, bytes, int, int] | bool | None = (
-            None if getattr(adapter, "text_opaque", False) else False
-        )
+        self.template: _Template | bool | None = None if getattr(adapter, "text_opaque", False) else False
         """None: not learned yet; False: none (the adapter's text is not opaque, or the first token
         chunk did not fit); else (prefix, suffix, len(prefix), -len(suffix)): see :meth:`_learn`."""
         self.sse = self.decoder if adapter.framing == "sse" else None
         self.run_head = b""
         """With a template whose events are one-line SSE ones: ``b"data: " + prefix`` (see
         :meth:`_run_of`), else empty."""
-        self.run_tail = b""
+        self.run_tail: bytes | bytearray = b""  # (a bytearray one from a bytearray template)
         """With such a template: ``suffix + b"\\n\\n"``."""
-        self.run_sep = b""
+        self.run_sep: bytes | bytearray = b""
         """With such a template: ``run_tail + run_head``, what separates two texts of a run."""
         self.renewing = False
         """The deadline is the stall one, renewed by the watchdog (:meth:`_renew`)."""
@@ -676,7 +682,7 @@ class _EventStream:
             return None
         return self._dispatch(framed, t)
 
-    def _dispatch(self, framed, t: float) -> Failure | None:
+    def _dispatch(self, framed: Sequence[tuple[str, bytes | bytearray]], t: float) -> Failure | None:
         """Interpret framed payloads that arrived at ``t``; the failure they carry, else None.
 
         Per event: ``orjson.loads``, the adapter's ``interpret``, then bookkeeping in locals (the
@@ -702,6 +708,7 @@ class _EventStream:
         token_events = 0
         n_events = 0
         failure = None
+        usage: Any  # an annotation only: the event's usage object, then its completion_tokens
         for event_type, data in framed:
             if event_type != "message":
                 if event_type == "error":
@@ -806,7 +813,7 @@ class _EventStream:
         if len(texts) >= COMPACT_PIECES:
             texts[:] = ["".join(texts)]
 
-    def _run_of(self, prefix: bytes, suffix: bytes) -> None:
+    def _run_of(self, prefix: bytes | bytearray, suffix: bytes | bytearray) -> None:
         """Set :attr:`run_head` and :attr:`run_tail` for a learned template, when its events are
         SSE one-line ones (prefix and suffix hold no line end).
 
@@ -822,7 +829,7 @@ class _EventStream:
         self.run_tail = suffix + b"\n\n"
         self.run_sep = self.run_tail + self.run_head
 
-    def _run_texts(self, body: bytearray, tail: bytes) -> tuple[str, int] | None:
+    def _run_texts(self, body: bytearray, tail: bytes | bytearray) -> tuple[str, int] | None:
         """The texts of ``body`` joined and their number, when it is nothing but template events
         (:meth:`_run_of`); else None (the SSE decoder reads it), as when one text is not valid
         UTF-8 (the per-event way then tells the failure).
@@ -851,7 +858,7 @@ class _EventStream:
         except UnicodeDecodeError:
             return None
 
-    def _learn(self, data: bytes, payload) -> tuple[bytes, bytes, int, int] | bool:
+    def _learn(self, data: bytes | bytearray, payload: Any) -> _Template | bool:
         """The stream's template, from its first token chunk read the common way, or False.
 
         The chunk's text, encoded as orjson encodes it, must occur exactly once in its bytes:
