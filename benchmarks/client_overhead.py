@@ -76,7 +76,19 @@ def write_plan(rate: float, tick_ms: float) -> tuple[int, float]:
 
 # ----------------------------------------------------------------------------- server
 class _Stream:
+    """One server-side stream (a keep-alive connection and its current response)."""
+
     __slots__ = ("sock", "inbuf", "out", "events", "event_size", "sent", "next_t", "rid", "first_sent", "tail")
+    sock: socket.socket
+    inbuf: bytes  # request bytes not yet answered
+    out: bytes  # response bytes not yet written
+    events: bytes | None  # the response's content events, None between responses
+    event_size: int
+    sent: int  # bytes of events written
+    next_t: float  # monotonic s of the next write
+    rid: str
+    first_sent: bool
+    tail: bytes  # finish, usage, [DONE] and the last chunk
 
 
 def serve(args) -> None:
@@ -148,8 +160,7 @@ def _serve_loop(args, listener, sel, tick: float, per_tick: int, head: bytes, st
                 s.tail = chunked(b"data: " + json.dumps(finish).encode() + b"\n\ndata: " + json.dumps(usage).encode()
                                  + b"\n\ndata: [DONE]\n\n") + b"0\r\n\r\n"  # fmt: skip
                 role = {"id": s.rid, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
-                role = b"data: " + json.dumps(role).encode() + b"\n\n"
-                s.out += head + chunked(role)
+                s.out += head + chunked(b"data: " + json.dumps(role).encode() + b"\n\n")
                 s.next_t = time.monotonic() + tick
                 streams.append(s)
                 _flush(s)
@@ -223,7 +234,7 @@ def bare(args) -> None:
             opened += 1
         for key, _ in sel.select(0.1 if opened == args.streams else min(0.1, spawn_every)):
             state = key.data
-            data = key.fileobj.recv(65536)
+            data = key.fileobj.recv(65536)  # type: ignore[union-attr]  # a socket (registered above); no cast here
             now = time.time()
             if not data:
                 raise SystemExit("server closed a stream")
@@ -237,7 +248,7 @@ def bare(args) -> None:
                 payload = part[i + 6 :]
                 if payload == b"[DONE]":
                     state[1] = None
-                    key.fileobj.sendall(request)
+                    key.fileobj.sendall(request)  # type: ignore[union-attr]
                     continue
                 chunk = loads(payload)
                 delta = chunk["choices"][0]["delta"] if chunk["choices"] else {}
