@@ -69,7 +69,9 @@ def connection_failures(kinds, status_code=None) -> tuple[np.ndarray, np.ndarray
     >>> connection_failures(["", "connection_error", "connection_error", "connect_timeout"], [200, 0, 200, 0])
     (array([False,  True, False,  True]), array([False, False,  True, False]))
     """
-    connection = np.fromiter((str(k) in CONNECTION_KINDS for k in kinds), dtype=bool)
+    # vectorised (a Python loop over a million Arrow-backed strings took 0.7 s per call)
+    series = kinds if isinstance(kinds, pd.Series) else pd.Series(list(kinds), dtype=object)
+    connection = series.astype(str).isin(list(CONNECTION_KINDS)).to_numpy(bool)
     if status_code is None:
         return connection, np.zeros(len(connection), dtype=bool)
     answered = np.nan_to_num(np.asarray(status_code, dtype=float), nan=0.0) > 0
