@@ -37,6 +37,8 @@ SCHEMA_VERSIONS: tuple[int, ...] = (1,)
 
 RUN_JSON = "run.json"
 REQUESTS_CSV = "requests.csv"
+REQUESTS_ARROW = "requests.arrow"
+"""``requests.csv``'s rows as an Arrow IPC file (:mod:`llm_locust.analysis.rundir.columnar`), written at the run's end."""
 SERVER_METRICS_CSV = "server_metrics.csv"
 SERVER_SCRAPES_CSV = "server_scrapes.csv"
 CLIENT_LOAD_CSV = "client_load.csv"

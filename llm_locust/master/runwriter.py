@@ -1,7 +1,8 @@
 """Writing the run directory (see DESIGN.md, "Run directory"): the only contract with ``llm_locust/analysis/``.
 
 Files written here: ``run.json`` (metadata, rewritten whenever it changes), ``requests.csv``
-(one row per request, :data:`~llm_locust.client.record.CSV_COLUMNS`), ``server_metrics.csv``
+(one row per request, :data:`~llm_locust.client.record.CSV_COLUMNS`), ``requests.arrow`` (the same rows in
+columns, written at the end: :mod:`llm_locust.analysis.rundir.columnar`), ``server_metrics.csv``
 (long format: :data:`SERVER_METRICS_COLUMNS`), ``server_scrapes.csv`` (one row per scrape
 attempt: :data:`~llm_locust.analysis.schema.SCRAPE_COLUMNS`) and ``client_load.csv`` (each worker's load once
 a second: :data:`~llm_locust.analysis.schema.CLIENT_LOAD_COLUMNS`); file names, columns and the schema
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 from pathlib import Path
 
 from llm_locust.analysis.schema import (
     CLIENT_LOAD_COLUMNS,
     CLIENT_LOAD_CSV,
+    REQUESTS_ARROW,
     REQUESTS_CSV,
     RUN_JSON,
     SCHEMA_VERSION,
@@ -28,6 +31,8 @@ from llm_locust.analysis.schema import (
     SERVER_SCRAPES_CSV,
 )
 from llm_locust.client.record import CSV_COLUMNS
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["SCHEMA_VERSION", "SERVER_METRICS_COLUMNS", "CsvAppender", "RequestLines", "RunDirectory", "csv_cells"]
 
@@ -172,6 +177,7 @@ class RunDirectory:
         self.server_metrics = CsvAppender(self.path / SERVER_METRICS_CSV, SERVER_METRICS_COLUMNS)
         self.server_scrapes = CsvAppender(self.path / SERVER_SCRAPES_CSV, SCRAPE_COLUMNS)
         self.client_load = CsvAppender(self.path / CLIENT_LOAD_CSV, CLIENT_LOAD_COLUMNS)
+        self._columnar_done = False
 
     def write_meta(self, meta: dict) -> None:
         """Write ``run.json`` atomically (temp file + rename) with ``schema_version`` set."""
@@ -180,8 +186,20 @@ class RunDirectory:
         tmp.write_text(json.dumps({"schema_version": SCHEMA_VERSION, **meta}, indent=2, default=str) + "\n")
         os.replace(tmp, target)
 
-    def close(self) -> None:
+    def close(self, *, columnar: bool = True) -> None:
+        """Close the files; then (``columnar``) write ``requests.arrow`` from ``requests.csv``
+        (:func:`llm_locust.analysis.rundir.columnar.write_requests_arrow`: the same rows typed in
+        columns, which the analysis reads instead of parsing the CSV; about 1 s per million
+        requests). A failure to write it is logged, never raised: the CSV holds the run."""
         self.requests.close()
         self.server_metrics.close()
         self.server_scrapes.close()
         self.client_load.close()
+        if columnar and not self._columnar_done:
+            self._columnar_done = True
+            from llm_locust.analysis.rundir.columnar import write_requests_arrow
+
+            try:
+                write_requests_arrow(self.path / REQUESTS_CSV)
+            except OSError as exc:
+                logger.warning("could not write %s: %s", REQUESTS_ARROW, exc)

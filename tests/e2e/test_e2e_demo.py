@@ -94,3 +94,32 @@ def test_measured_figures_match_the_servers_schedule(demo_run):
     assert table.loc[4, "output_tps"] == pytest.approx(table.loc[2, "output_tps"], rel=0.1), table
     assert table.loc[4, "ttft_p50_ms"] == pytest.approx(MAX_TOKENS * step_ms(2), rel=0.3), table
     assert table.loc[4, "client_inflight"] == pytest.approx(4, abs=0.3), table
+
+
+def test_the_columnar_and_csv_paths_give_the_same_step_table(demo_run, tmp_path):
+    """The master wrote ``requests.arrow`` beside ``requests.csv``; the analysis of the run
+    directory with it and of a copy without it (the CSV read and parsed, as for a run directory
+    written before the Arrow file existed) give the same frame of requests and the same step
+    table, every figure. Shares the module's demo run; ~4 s (two analyses)."""
+    import shutil
+
+    import pandas as pd
+
+    from llm_locust.analysis.rundir.columnar import open_requests_arrow
+    from llm_locust.analysis.rundir.reader import load_run
+
+    run_dir, _ = demo_run
+    columnar, csv_only = tmp_path / "columnar", tmp_path / "csv"
+    for copy in (columnar, csv_only):
+        shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("report"))
+    (csv_only / "requests.arrow").unlink()
+    arrow = open_requests_arrow(columnar / "requests.csv")
+    assert arrow is not None and arrow.num_rows > 50
+
+    by_arrow, by_csv = analyze_run(columnar, write=False), analyze_run(csv_only, write=False)
+
+    pd.testing.assert_frame_equal(by_arrow.run.requests, by_csv.run.requests)
+    pd.testing.assert_frame_equal(by_arrow.table, by_csv.table)
+    assert by_arrow.table["itl_p50_ms"].notna().all()  # the token times were read on both paths
+    assert by_arrow.critical == by_csv.critical
+    pd.testing.assert_frame_equal(load_run(columnar).requests, load_run(csv_only).requests)  # every column

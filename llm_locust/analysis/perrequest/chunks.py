@@ -16,7 +16,8 @@ successes only):
 
 The ITL needs ``token_times_us``, which the step analysis leaves unread
 (:data:`llm_locust.analysis.rundir.reader.LAZY_REQUEST_COLUMNS`): it is read from ``requests.csv`` a block at a
-time (:func:`llm_locust.analysis.rundir.csvread.iter_typed`) into one :class:`llm_locust.analysis.perrequest.itlpool.PooledItl` per
+time (:func:`llm_locust.analysis.rundir.columnar.iter_request_frames`: from ``requests.arrow`` when
+it matches the CSV) into one :class:`llm_locust.analysis.perrequest.itlpool.PooledItl` per
 window; a run directory without the column (or with blocks the typed reader refuses) gets NaN
 ITL columns, never a wrong number.
 
@@ -126,13 +127,11 @@ def _inside(t_end_s: np.ndarray, windows: pd.DataFrame) -> list[np.ndarray]:
 def _pool_from_file(path: Path, windows: pd.DataFrame, pools: list[PooledItl]) -> bool:
     """Feed each window's pool from ``requests.csv`` block by block; False when the file has no
     token times or a block the typed reader refuses (the ITL columns stay NaN)."""
-    from llm_locust.analysis.rundir.csvread import complete_length, iter_typed
-    from llm_locust.analysis.schema import REQUEST_SCHEMA
+    from llm_locust.analysis.rundir.columnar import iter_request_frames
 
     if not path.is_file():
         return False
-    length, _ = complete_length(path)
-    blocks = iter_typed(path, REQUEST_SCHEMA, _READ_COLUMNS, length)
+    blocks = iter_request_frames(path, _READ_COLUMNS)
     if blocks is None:
         return False
     try:

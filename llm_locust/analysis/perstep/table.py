@@ -344,7 +344,8 @@ MEAN_COLUMNS: dict[str, str] = {
 
 
 def window_tokens_from_file(path: Path, windows: pd.DataFrame) -> WindowTokens | None:
-    """Tokens that arrived in each window, read from ``requests.csv``'s per-event times in blocks.
+    """Tokens that arrived in each window, read from ``requests.csv``'s per-event times in blocks
+    (from ``requests.arrow`` when it matches the CSV: :func:`llm_locust.analysis.rundir.columnar.iter_request_frames`).
 
     The step analysis leaves ``token_times_us`` unread (:data:`llm_locust.analysis.rundir.reader.LAZY_REQUEST_COLUMNS`:
     about 60 % of the file); this pass reads it a few MB at a time and keeps only a sum per
@@ -370,7 +371,7 @@ def window_tokens_from_file(path: Path, windows: pd.DataFrame) -> WindowTokens |
         None when the file has no ``token_times_us`` column or a block the typed reader cannot
         read (the caller spreads every request's tokens over its decode instead).
     """
-    from llm_locust.analysis.rundir.csvread import complete_length, iter_typed
+    from llm_locust.analysis.rundir.columnar import iter_request_frames
     from llm_locust.analysis.schema import REQUEST_SCHEMA
 
     if not path.is_file():
@@ -381,8 +382,7 @@ def window_tokens_from_file(path: Path, windows: pd.DataFrame) -> WindowTokens |
         for c in ("t_start_s", "e2e_ms", "error_kind", "output_tokens", "token_times_us", "event_tokens")
         if c in names
     )
-    length, _ = complete_length(path)
-    blocks = iter_typed(path, REQUEST_SCHEMA, columns, length)
+    blocks = iter_request_frames(path, columns)
     if blocks is None:
         return None
     starts = windows["window_start_s"].to_numpy(float)

@@ -226,23 +226,36 @@ def iter_typed(
     the string reader would not read) at a block the fast path cannot read.
     """
     names = _wanted(path, schema, columns)
+    tables = iter_typed_tables(path, schema, columns, length)
+    if names is None or tables is None:
+        return None
+    return (_checked(table, names, path) for table in tables)
+
+
+def iter_typed_tables(
+    path: Path, schema: tuple[Column, ...], columns: tuple[str, ...], length: int
+) -> Iterator[pa.Table] | None:
+    """:func:`iter_typed`'s blocks as the Arrow tables pyarrow parsed (``string`` columns, nulls
+    not yet NaN, no NaN check), a few MB each; None when the header needs the string reader.
+    ``llm_locust.analysis.rundir.columnar`` writes ``requests.arrow`` from them."""
+    names = _wanted(path, schema, columns)
     if names is None:
         return None
     read, parse, convert = _options(schema, names)
 
-    def frames() -> Iterator[pd.DataFrame]:
+    def tables() -> Iterator[pa.Table]:
         batches: list[pa.RecordBatch] = []
         for batch in pacsv.open_csv(
             _source(path, length), read_options=read, parse_options=parse, convert_options=convert
         ):
             batches.append(batch)
             if sum(b.nbytes for b in batches) >= _FRAME_BYTES:
-                yield _checked(pa.Table.from_batches(batches), names, path)
+                yield pa.Table.from_batches(batches)
                 batches = []
         if batches:
-            yield _checked(pa.Table.from_batches(batches), names, path)
+            yield pa.Table.from_batches(batches)
 
-    return frames()
+    return tables()
 
 
 def _checked(table: pa.Table, names: list[str], path: Path) -> pd.DataFrame:
@@ -252,13 +265,14 @@ def _checked(table: pa.Table, names: list[str], path: Path) -> pd.DataFrame:
     return frame
 
 
-def _to_frame(tables: list[pa.Table], names: list[str]) -> pd.DataFrame | None:
+def _to_frame(tables: list[pa.Table], names: list[str], *, checked: bool = False) -> pd.DataFrame | None:
     """Arrow table (the one item of ``tables``, taken out so that no other reference keeps it) -> frame (float64 nulls -> NaN, strings kept in Arrow memory as pandas' ``str``
     dtype); None when a float column holds a NaN parsed from text (``-nan``, ``nAn``): the string
     reader decides about those. Each column leaves the table as it is converted, so the two are
-    never held whole at once."""
+    never held whole at once. ``checked``: the NaN check was made when the table was written
+    (``requests.arrow``)."""
     table = tables.pop()
-    for name in names:
+    for name in [] if checked else names:
         column = table.column(name)
         if pa.types.is_floating(column.type) and column.null_count < len(column):
             if pc.any(pc.is_nan(column)).as_py():

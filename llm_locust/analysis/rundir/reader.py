@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from llm_locust.analysis.rundir.clocks import clock_notes
+from llm_locust.analysis.rundir.columnar import open_requests_arrow
 from llm_locust.analysis.rundir.csvread import complete_length, read_typed
 from llm_locust.analysis.schema import (
     CLIENT_LOAD_COLUMNS,
@@ -390,8 +391,12 @@ def _complete_length(path: Path, notes: list[str]) -> int:
     row (cut mid-write) is left out and noted: dropping it loses one request, reported."""
     length, partial = complete_length(path)
     if partial:
-        notes.append(f"{path.name} ends in a partial row (cut mid-write?): 1 row dropped")
+        notes.append(_partial_note(path))
     return length
+
+
+def _partial_note(path: Path) -> str:
+    return f"{path.name} ends in a partial row (cut mid-write?): 1 row dropped"
 
 
 def _read_prefix(path: Path, length: int) -> bytes:
@@ -517,16 +522,24 @@ def read_requests(path: Path, notes: list[str] | None = None, *, unread: Collect
 
     Notes
     -----
-    Read with pyarrow's typed reader (:func:`llm_locust.analysis.rundir.csvread.read_typed`); a file it cannot read
+    Read from ``requests.arrow`` when the master wrote it from this very file
+    (:func:`llm_locust.analysis.rundir.columnar.open_requests_arrow`: the same frame, no text
+    parsed), else with pyarrow's typed reader (:func:`llm_locust.analysis.rundir.csvread.read_typed`); a file it cannot read
     exactly goes through the string reader, which names the bad cell.
     """
     if not path.is_file():
         raise RunDirError(f"{path}: missing (every run directory needs requests.csv)")
-    length = _complete_length(path, [] if notes is None else notes)
     wanted = tuple(c.name for c in REQUEST_SCHEMA if c.name not in unread)
-    out = read_typed(path, REQUEST_SCHEMA, wanted, length)
-    if out is None:
-        out = _read_requests_as_strings(path, length, wanted)
+    columnar = open_requests_arrow(path)
+    if columnar is not None:  # the same frame read_typed gives, without parsing the text
+        if columnar.partial and notes is not None:
+            notes.append(_partial_note(path))
+        out = columnar.frame(wanted)
+    else:
+        length = _complete_length(path, [] if notes is None else notes)
+        out = read_typed(path, REQUEST_SCHEMA, wanted, length)
+        if out is None:
+            out = _read_requests_as_strings(path, length, wanted)
     for column in wanted:
         if column not in out.columns:
             dtype = OPTIONAL_REQUEST_COLUMNS[column]
