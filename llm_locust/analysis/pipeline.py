@@ -23,6 +23,7 @@ from llm_locust.analysis.atomicwrite import write_text_atomic
 from llm_locust.analysis.loadaxis import RATE, load_axis, planned_levels
 from llm_locust.analysis.perrequest.chunks import CHUNK_COLUMNS, chunk_table
 from llm_locust.analysis.perrequest.faults import outage_spells, step_faults
+from llm_locust.analysis.perrequest.gatewaypage import gateway_timeouts
 from llm_locust.analysis.perrequest.metrics import end_time_s, inflight_binned, inflight_series
 from llm_locust.analysis.perrequest.outcome import (
     RunOutcome,
@@ -327,7 +328,7 @@ def analyze(
     if outcome is not RunOutcome.NO_REQUESTS and not single_level and shape.get("kind") != "baseline":
         verdict = diagnose(
             table,
-            server_side(evidence, windows),
+            server_side(evidence, windows, run.requests),
             evidence.config,
             ClientSide.from_meta(run.meta, run.client_load, run.requests, run.reported_requests),
             rules=rules,
@@ -424,23 +425,33 @@ def analyze(
     )
 
 
-def server_side(evidence: ServerEvidence, windows: pd.DataFrame | None = None) -> ServerSide:
+def server_side(
+    evidence: ServerEvidence, windows: pd.DataFrame | None = None, requests: pd.DataFrame | None = None
+) -> ServerSide:
     """The :class:`~llm_locust.analysis.verdict.ServerSide` of a run's server evidence: its family (metrics,
     else log, else the configuration's engine), the log's error lines, and per step (with
     ``windows``, :func:`llm_locust.analysis.perstep.table.step_windows`) the statistics of the batches the log
-    reports."""
+    reports; with ``requests`` (``requests.csv``), the gateway whose 504 page they carry."""
     family = evidence.metrics_family or (evidence.log.family if evidence.log is not None else None)
     name = family.value if family is not None else evidence.config.engine
     batches = None
     if windows is not None and not evidence.batches.empty:
         batches = batch_stats(evidence.batches, windows, batch_wait_max_ms=evidence.config.batch_wait_max_ms)
+    errors = evidence.log.errors if evidence.log is not None else None
+    settings = error_settings(evidence.user_format, errors)
+    page = ""
+    gateway = gateway_timeouts(requests) if requests is not None else None
+    logged = errors is not None and bool((errors["kind"] == "timeout").any())
+    if gateway is not None and not logged:  # the page names it where no log line does
+        settings, page = {**settings, "timeout": gateway.setting}, gateway.gateway
     return ServerSide(
         family=name,
         errors=evidence.log.errors if evidence.log is not None else None,
         batches=batches,
         batch_wait_max_ms=evidence.config.batch_wait_max_ms,
         replica_ceilings={r.name: r.config.batch_ceiling for r in evidence.replicas},
-        error_settings=error_settings(evidence.user_format, evidence.log.errors if evidence.log is not None else None),
+        error_settings=settings,
+        timeout_page=page,
     )
 
 

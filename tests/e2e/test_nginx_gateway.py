@@ -38,6 +38,7 @@ import concurrent.futures
 import datetime as dt
 import json
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ import pandas as pd
 import pytest
 import requests
 
+from llm_locust.analysis.pipeline import analyze_run
 from llm_locust.run.demo import SIM_MODEL, start_sim_server
 from llm_locust.run.launcher import free_port, stop_process
 from tests.nginx import GatewaySite, nginx_gateway
@@ -216,8 +218,34 @@ def test_proxy_read_timeout_is_timeouts_where_requests_begin_to_queue(gateway, t
     inside, overlapping = _lines_in_window(log, run_dir, _next_step(SLOTS), "upstream timed out .* response header")
     values = primary["values"]
     assert inside > 0 and inside <= values["server_timeout"] <= overlapping, (values, inside, overlapping)
-    # the client's 504s are timeouts because nginx's lines say so (a bare 5xx would be a rejection)
+    # the client's 504s are timeouts (504 Gateway Timeout, and nginx's lines say so too)
     assert values.get("client_http_5xx_timed_out", 0) > 0, values
+
+
+def test_without_the_gateways_log_its_504s_are_still_timeouts(timeout_run, tmp_path):
+    """The same run analysed without nginx's error log: 504 Gateway Timeout is a timeout by its
+    status (RFC 9110), so the kind and the critical concurrency stay; the timed-out count is the
+    step's 504 answers, recounted here from requests.csv."""
+    run_dir, _ = timeout_run
+    copy = tmp_path / "no-log"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("report"))
+    (copy / "server.log").unlink()
+    result = analyze_run(copy, write=False)
+    assert result.verdict.bottleneck.value == "timeouts", result.verdict.line
+    assert result.verdict.critical_concurrency == SLOTS, result.verdict.line
+    primary = result.verdict.evidence[0]
+    steps = result.table.set_index("target_users")
+    window = steps.loc[_next_step(SLOTS)]
+    requests_csv = pd.read_csv(copy / "requests.csv")
+    end_s = requests_csv["t_start_s"] + requests_csv["e2e_ms"] / 1000.0
+    inside = (end_s >= window["window_start_s"]) & (end_s < window["window_end_s"])
+    answered_504 = int((inside & (requests_csv["status_code"] == 504)).sum())
+    assert answered_504 > 0 and primary.values["client_http_5xx_timed_out"] == answered_504, primary.values
+    assert "no server log" in primary.text or "shows no such line" in primary.text, primary.text
+    # nginx's own 504 page in the answers names the gateway and its setting
+    first = result.verdict.recommendations[0]
+    assert first.flag == "proxy_read_timeout" and first.because == "timeouts", result.verdict.recommendations
+    assert f"the {answered_504} 504 answers there are nginx's own error page" in first.change, first.change
 
 
 def _names_the_read_timeout(verdict: dict) -> None:

@@ -182,7 +182,9 @@ def step_faults(requests: pd.DataFrame, windows: pd.DataFrame, spells: pd.DataFr
         the window that succeeded / failed; ``interrupted`` ones, cut by the test's stop, in
         neither); ``cut_streams`` (int64, requests ending in ``[window_start_s, window_end_s)``,
         as the step table counts failures, whose stream was cut after the server answered:
-        :func:`connection_failures`).
+        :func:`connection_failures`); ``http_504`` (int64, those ending there answered ``504
+        Gateway Timeout``: a gateway that waited too long for the upstream, or a server that
+        dropped a request for waiting too long in its queue - RFC 9110 15.6.5).
     """
     end = end_time_s(requests)
     kinds = (
@@ -191,6 +193,9 @@ def step_faults(requests: pd.DataFrame, windows: pd.DataFrame, spells: pd.DataFr
     answered, failed = kinds == "", (kinds != "") & (kinds != "interrupted")
     cut = connection_failures(kinds, _status(requests))[1]
     cut_end = end[cut].to_numpy("float64")
+    status = _status(requests)
+    gateway_timeout = failed.to_numpy(bool) & (status == 504 if status is not None else False)
+    timeout_end = end[gateway_timeout].to_numpy("float64")
     starts = requests["t_start_s"].astype(float)
     backoff = requests["backoff_ms"] if "backoff_ms" in requests.columns else pd.Series(0.0, index=requests.index)
     paused = backoff.fillna(0.0).astype(float) > 0
@@ -211,10 +216,11 @@ def step_faults(requests: pd.DataFrame, windows: pd.DataFrame, spells: pd.DataFr
         answered_users = mean_inflight(starts[answered], end[answered], lo, hi) if hi > lo else np.nan
         failed_users = mean_inflight(starts[failed], end[failed], lo, hi) if hi > lo else np.nan
         cuts = int(((cut_end >= lo) & (cut_end < hi)).sum())
-        rows.append((users, waits, outage_s, failures, answered_users, failed_users, cuts))
+        timed_out = int(((timeout_end >= lo) & (timeout_end < hi)).sum())
+        rows.append((users, waits, outage_s, failures, answered_users, failed_users, cuts, timed_out))
     out = pd.DataFrame(rows, index=windows.index, columns=["backoff_users", "backoff_waits", "outage_s",
                                                            "outage_failures", "answered_users",
-                                                           "failed_users", "cut_streams"])  # fmt: skip
+                                                           "failed_users", "cut_streams", "http_504"])  # fmt: skip
     return out.astype({"backoff_users": "float64", "backoff_waits": "int64", "outage_s": "float64",
                        "outage_failures": "int64", "answered_users": "float64",
-                       "failed_users": "float64", "cut_streams": "int64"})  # fmt: skip
+                       "failed_users": "float64", "cut_streams": "int64", "http_504": "int64"})  # fmt: skip

@@ -45,7 +45,11 @@ class ServerSide:
     error_settings : dict
         ``{error kind: the setting behind those log lines}`` from the format file's
         ``[[log.errors]] setting`` (:attr:`~llm_locust.analysis.server.userformat.UserFormat.error_settings`;
-        several settings of one kind joined with " / "); empty when none is named.
+        several settings of one kind joined with " / "); empty when none is named. Without a
+        format file's ``timeout`` setting, the setting of the gateway whose 504 page the
+        requests carry (:func:`llm_locust.analysis.perrequest.gatewaypage.gateway_timeouts`).
+    timeout_page : str
+        That gateway's name (``nginx``) when its 504 page names the ``timeout`` setting, "" otherwise.
     """
 
     family: str | None = None
@@ -54,6 +58,7 @@ class ServerSide:
     batch_wait_max_ms: float | None = None
     replica_ceilings: dict = field(default_factory=dict)
     error_settings: dict = field(default_factory=dict)
+    timeout_page: str = ""
 
 
 def gain_per_doubling(users_prev: float, users: float, tps_prev: float, tps: float) -> float:

@@ -4,7 +4,11 @@ Client kinds (``requests.csv`` ``error_kind``) and server log error kinds
 (:mod:`llm_locust.analysis.server.serverlog.errors`) map onto the two bottleneck kinds:
 
 - ``timeouts``: client ``connect_timeout``, ``ttft_timeout``, ``stall_timeout``,
-  ``total_timeout``; server ``timeout`` lines; and client ``http_5xx`` answers that the
+  ``total_timeout``; server ``timeout`` lines; client ``http_5xx`` answers whose status is 504
+  Gateway Timeout (the step table's ``http_504``: a gateway that waited too long for its upstream -
+  nginx's ``proxy_read_timeout`` before the response header - or a server that dropped a request
+  for waiting too long; RFC 9110 15.6.5), counted as ``http_5xx_timed_out`` with or without a
+  log; and the other ``http_5xx`` answers that the
   server's ``timeout`` lines in the same steady window account for (an in-house server's
   504 "timed out in queue": the client sees only a 5xx, the server's log says it dropped the
   request for waiting too long), counted as ``http_5xx_timed_out``, at most one per line; and,
@@ -195,28 +199,44 @@ def failed_time_share(table: pd.DataFrame) -> pd.Series:
     return share.astype("float64")
 
 
+def _count(row, column: str) -> int:
+    """A step-table count column of ``row``, 0 where it is NaN or absent (an older table)."""
+    value = getattr(row, column, 0)
+    return int(value) if value == value and value else 0
+
+
 def client_failures(row) -> dict[str, int]:
-    """``{client error kind: n}`` of one step's failures, with those its server ``timeout``
-    lines account for moved to timeouts (module docstring): first the ``http_5xx`` answers, to
-    ``http_5xx_timed_out``, then, with the lines left, the cut streams, to
+    """``{client error kind: n}`` of one step's failures, with the timeouts among them moved to
+    timeout kinds (module docstring): first the 504 answers (``http_504``) to
+    ``http_5xx_timed_out``, each taking one of the server's ``timeout`` lines where there are
+    any (the line a server logs for the 504 it sends); then, with the lines left, the other
+    ``http_5xx`` answers, to ``http_5xx_timed_out``, and the cut streams, to
     ``connection_error_timed_out``; each line accounts for one request at most.
 
     Parameters
     ----------
     row
         A step-table row (namedtuple or Series) with ``error_kinds`` and, optionally,
-        ``server_error_kinds`` and ``cut_streams`` (the step's ``connection_error`` requests
-        cut after the server answered).
+        ``server_error_kinds``, ``cut_streams`` (the step's ``connection_error`` requests
+        cut after the server answered) and ``http_504`` (its ``http_5xx`` answered 504).
 
     >>> from types import SimpleNamespace as Row
     >>> client_failures(Row(error_kinds="connection_error:5 http_5xx:1", server_error_kinds="timeout:4",
     ...                     cut_streams=5))
     {'connection_error': 2, 'http_5xx_timed_out': 1, 'connection_error_timed_out': 3}
+    >>> client_failures(Row(error_kinds="http_5xx:6", server_error_kinds="", http_504=4))
+    {'http_5xx': 2, 'http_5xx_timed_out': 4}
     """
     counts = parse_kinds(row.error_kinds, failures_only=True)
     logged = parse_kinds(str(getattr(row, "server_error_kinds", "") or "")).get("timeout", 0)
-    cut = getattr(row, "cut_streams", 0)
-    cut = int(cut) if cut == cut and cut else 0  # NaN or absent: an older table
+    gateway = min(counts.get("http_5xx", 0), _count(row, "http_504"))
+    if gateway:
+        logged = max(0, logged - gateway)
+        counts["http_5xx"] -= gateway
+        counts["http_5xx_timed_out"] = gateway
+        if not counts["http_5xx"]:
+            del counts["http_5xx"]
+    cut = _count(row, "cut_streams")
     for kind, eligible in (("http_5xx", counts.get("http_5xx", 0)), ("connection_error", cut)):
         moved = min(counts.get(kind, 0), eligible, logged)
         if moved:

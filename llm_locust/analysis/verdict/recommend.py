@@ -34,6 +34,7 @@ def recommend(
     planned: tuple[float, ...] = (),
     tells_apart: str = "",
     error_settings: dict | None = None,
+    timeout_page: str = "",
 ) -> tuple[Recommendation, ...]:
     """The recommendations for the primary kind, then each secondary kind.
 
@@ -63,6 +64,10 @@ def recommend(
         :attr:`~llm_locust.analysis.verdict.ServerSide.error_settings`): timeouts the log's
         ``timeout`` lines account for are first recommended against that setting (a gateway's
         ``proxy_read_timeout``), not only against the server's queue.
+    timeout_page : str, default ""
+        The gateway whose 504 error page the timed-out answers carry (``nginx``,
+        :attr:`~llm_locust.analysis.verdict.ServerSide.timeout_page`): without the log's lines,
+        those answers are recommended against its setting in ``error_settings``.
     """
     flags = flags_for(family)
     crit = _users(critical_users) if critical_users is not None else None
@@ -190,15 +195,21 @@ def recommend(
             queued = cause is not None and cause.holds and cause.values.get("server_queue") == 1.0
             setting = (error_settings or {}).get("timeout")
             logged = int(ev.values.get("server_timeout", 0) or 0) if ev.holds else 0
-            if setting and logged > 0:
+            answers = int(ev.values.get("client_http_5xx_timed_out", 0) or 0) if ev.holds else 0
+            if setting and (logged > 0 or (timeout_page and answers > 0)):
+                source = (
+                    f"the server log's {logged} timeout lines there come from it"
+                    if logged > 0
+                    else f"the {answers} 504 answers there are {timeout_page}'s own error page"
+                )
                 out.append(
                     Recommendation(
-                        change=f"raise {setting} above the requests' E2E at {_at(ev, axis)}: the server log's "
-                        f"{logged} timeout lines there come from it",
+                        change=f"raise {setting} above the requests' E2E at {_at(ev, axis)}: {source}",
                         flag=setting,
                         because=ev.rule,
-                        verify=SAME + f"that the step's timeouts and the log's timeout lines fall to 0 with {setting} "
-                        "raised, and E2E stays where it was",
+                        verify=SAME + f"that the step's timeouts and {'the log' if logged > 0 else 'its 504'}"
+                        f"{'s timeout lines' if logged > 0 else 's'} fall to 0 with {setting} raised, and E2E "
+                        "stays where it was",
                     )
                 )
             if cause is not None and cause.holds and not queued:

@@ -364,6 +364,7 @@ def diagnose(
         planned=tuple(planned),
         tells_apart=undecided.tells_apart if primary is K.UNDETERMINED else "",
         error_settings=server.error_settings,
+        timeout_page=server.timeout_page,
     )
     if ev["replica_imbalance"].holds:
         recs = (balance_recommendation(ev["replica_imbalance"]), *recs)

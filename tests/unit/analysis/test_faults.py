@@ -185,3 +185,16 @@ def test_streams_cut_when_the_server_dies_start_the_outage_its_refusals_make():
     ]
     only_cut = requests[requests["status_code"] > 0]
     assert outage_spells(only_cut).empty
+
+
+def test_504_answers_are_counted_per_window_where_they_end():
+    """nginx's 504 Gateway Timeout (proxy_read_timeout before the response header) on 3 requests
+    ending at 1.5 s and one at 2.5; a 503 and a success beside them are no 504s."""
+    requests = cut_frame(
+        [(0.3, 1200.0, "http_5xx", 504) for _ in range(3)]   # end at 1.5
+        + [(1.3, 1200.0, "http_5xx", 504)]                   # ends at 2.5: next window
+        + [(0.1, 10.0, "http_5xx", 503), (0.0, 900.0, "", 200)]
+    )  # fmt: skip
+    windows = pd.DataFrame({"window_start_s": [0.0, 2.0], "window_end_s": [2.0, 4.0]})
+    faults = step_faults(requests, windows, outage_spells(requests))
+    assert faults["http_504"].tolist() == [3, 1]

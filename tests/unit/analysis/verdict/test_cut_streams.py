@@ -8,6 +8,7 @@ import re
 
 import pandas as pd
 
+from llm_locust.analysis.perrequest.gatewaypage import GatewayTimeouts, gateway_timeouts
 from llm_locust.analysis.server.serverlog import LogText
 from llm_locust.analysis.server.serverlog.errors import scan_errors
 from llm_locust.analysis.server.userformat import error_settings, format_file_path, load_user_format
@@ -142,3 +143,45 @@ def test_the_setting_named_is_the_one_behind_the_lines_the_log_holds():
     both = scan_errors(LogText.from_text(connect + "\n" + NGINX_LINES[1]), extra=fmt.error_patterns,
                        settings=fmt.error_pattern_settings)  # fmt: skip
     assert error_settings(fmt, both) == {"timeout": "proxy_connect_timeout / proxy_read_timeout"}
+
+
+def test_504s_are_timeouts_without_any_log_and_take_the_lines_a_server_logs_for_them():
+    """RFC 9110's 504 Gateway Timeout: a gateway gave up waiting for the upstream (or a server for
+    a queued request) - a timeout, also with no server log; a 503 beside them stays a rejection.
+    A server that logs a line per 504 it sends does not get those lines counted twice."""
+    bare = pd.Series({"error_kinds": "http_5xx:10", "server_error_kinds": "", "cut_streams": 0, "http_504": 7})
+    assert client_failures(bare) == {"http_5xx": 3, "http_5xx_timed_out": 7}
+    assert step_failure_kind(bare) is BottleneckKind.TIMEOUTS
+    logged = pd.Series({"error_kinds": "http_5xx:10", "server_error_kinds": "timeout:7", "cut_streams": 0,
+                        "http_504": 7})  # fmt: skip
+    assert client_failures(logged) == {"http_5xx": 3, "http_5xx_timed_out": 7}  # the 3 503s keep no line
+    older = pd.Series({"error_kinds": "http_5xx:10", "server_error_kinds": "", "cut_streams": 0})
+    assert client_failures(older) == {"http_5xx": 10}  # a table written before the column
+
+
+def test_without_the_log_nginxs_504_page_names_its_read_timeout():
+    """No gateway log: the 12 answers are 504s carrying nginx's own error page (as Debian's nginx
+    1.22.1 answers them), so the first recommendation raises proxy_read_timeout; a 504 page of
+    no known gateway leaves the setting unnamed."""
+    frame = pd.DataFrame({"status_code": [504] * 12 + [200],
+                          "error_message": ["HTTP 504 <html> <head><title>504 Gateway Time-out</title></head> <body> "
+                                            "<center><h1>504 Gateway Time-out</h1></center> <hr><center>nginx/1.22.1"
+                                            "</center> </body> </html>"] * 12 + [""]})  # fmt: skip
+    page = gateway_timeouts(frame)
+    assert page == GatewayTimeouts("nginx", "proxy_read_timeout", 12)
+    assert gateway_timeouts(frame.assign(error_message="HTTP 504 timed out in queue")) is None
+    table = pd.DataFrame({
+        "step": [0, 1, 2], "target_users": [2.0, 4.0, 8.0], "valid": [True, True, True],
+        "completed": [10, 20, 12], "error_kinds": ["", "", "http_5xx:12"], "server_error_kinds": ["", "", ""],
+        "cut_streams": [0, 0, 0], "http_504": [0, 0, 12],
+        "failed_share": [0.0, 0.0, 0.5], "failed_time_share": [0.0, 0.0, 0.5],
+    })  # fmt: skip
+    ev = {"timeouts": failures(table, BottleneckKind.TIMEOUTS, RULES, server_log=False)}
+    assert ev["timeouts"].holds and ev["timeouts"].values["client_http_5xx_timed_out"] == 12
+    recs = recommend(
+        BottleneckKind.TIMEOUTS, (), ev, family="vllm", critical_users=4.0, client_flags={},
+        error_settings={"timeout": page.setting}, timeout_page=page.gateway,
+    )  # fmt: skip
+    assert recs[0].flag == "proxy_read_timeout"
+    assert "the 12 504 answers there are nginx's own error page" in recs[0].change
+    assert "its 504s fall to 0" in recs[0].verify
