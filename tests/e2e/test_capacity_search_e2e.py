@@ -2,7 +2,9 @@
 (``--max-num-seqs 2``, 16-token answers of about 0.35 s): up to 2 users no request waits, from 3
 on every third request waits for a whole answer, so ``ttft_ms<=150`` holds for all requests at 2
 and for at most about two thirds at 3. The search brackets 1, 2, 4 and bisects to 3: capacity 2,
-interval [2, 3). Each probe's met share is recomputed here from its own ``requests.csv``.
+interval [2, 3). Each probe's met share is recomputed here from its own ``requests.csv``; the
+verdict at the first failing probe (a 2,3 ladder after the search) is the 2 slots' ceiling.
+~80 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -54,6 +56,22 @@ def test_search_finds_the_largest_concurrency_meeting_the_slo(two_slot_host, tmp
     assert "Capacity at SLO ttft_ms<=150 (90% of requests): 2 users (interval [2, 3) users)" in completed.stdout
     assert "limiting metric ttft_ms<=150" in completed.stdout
     assert "Bottleneck (the ladder's verdict, step 4): scheduler_ceiling" in completed.stdout
+    # the verdict at the first failing probe: a ladder of the capacity then that level (2, 3 users)
+    failing = capacity["failing_verdict"]
+    assert (failing["users"], failing["ladder"]) == (3, [2, 3])
+    verdict_dir = out / "round-a" / "search" / failing["run_dir"]
+    assert [s["users"] for s in json.loads((verdict_dir / "run.json").read_text())["shape"]["steps"]] == [2, 3]
+    # the server's 2 slots: at 3 users a request waits (the server's own gauge, time-averaged by
+    # scrape over the step) while running stays at 2
+    samples = pd.read_csv(verdict_dir / "server_metrics.csv")
+    step = json.loads((verdict_dir / "run.json").read_text())["shape"]["steps"][1]
+    held = samples[(samples["t_s"] >= step["start_s"] + 1) & (samples["t_s"] < step["end_s"])]
+    waiting = held[held["metric"] == "vllm:num_requests_waiting"]["value"]
+    running = held[held["metric"] == "vllm:num_requests_running"]["value"]
+    assert waiting.mean() > 0.5 and running.max() == 2, (waiting.describe(), running.describe())
+    assert (failing["bottleneck"], failing["critical_users"]) == ("scheduler_ceiling", 2), failing
+    assert json.loads((verdict_dir / "report" / "verdict.json").read_text())["bottleneck"] == failing["bottleneck"]
+    assert "Bottleneck at the first failing probe (3 users, ladder 2,3): scheduler_ceiling - " in completed.stdout
 
 
 def test_search_without_slo_is_refused_before_any_load(two_slot_host, tmp_path):
