@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
+
+import numpy as np
 
 from llm_locust.analysis.schema import (
     REQUEST_SCHEMA,
@@ -14,6 +17,8 @@ from llm_locust.analysis.schema import (
     SERVER_METRICS_COLUMNS,
     SERVER_METRICS_CSV,
 )
+from llm_locust.client.record import CSV_COLUMNS, RequestRecord
+from llm_locust.master.runwriter import CsvAppender
 
 REQUEST_COLUMNS: tuple[str, ...] = tuple(c.name for c in REQUEST_SCHEMA if c.required)
 """The columns every ``requests.csv`` has (the optional ones are left out: the loader fills them)."""
@@ -297,3 +302,30 @@ def scenario_ladder(path: Path, steps: list[dict], *, dwell_s: float = 10.0, **m
     if load:
         write_client_load(path, load)
     return out
+
+
+def writer_rows(n: int, seed: int = 0, *, worker_id: str = "w") -> list[tuple]:
+    """``n`` rows as the worker writes them (``RequestRecord.to_row``): a fifth failed, quoted
+    cells (a quote and a CRLF in the failures' messages; a comma too with a ``worker_id`` that
+    holds one), NaN cells and per-event times."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        failed = rng.random() < 0.2
+        record = RequestRecord(
+            request_id=f"w-{i}", worker_id=worker_id, name="chat", t_start_s=T0 + i * 0.37,
+            headers_ms=float(rng.random()), ttft_ms=math.nan if failed else float(rng.uniform(10, 90)),
+            e2e_ms=float(rng.uniform(100, 900)), output_tokens=int(rng.integers(0, 64)),
+            error_kind="http_5xx" if failed else "", error_message='said "no", then\r\nclosed' if failed else "",
+            connect_ms=math.nan if i % 3 else 0.25,
+            token_times_us=" ".join(str(t) for t in sorted(rng.integers(1, 10**6, 5))), event_tokens="1 1 1 1 1",
+        )  # fmt: skip
+        rows.append(record.to_row())
+    return rows
+
+
+def write_writer_rows(path: Path, rows: list[tuple]) -> None:
+    """``rows`` appended to ``path`` by the master's own CSV appender (header first when new)."""
+    writer = CsvAppender(path, CSV_COLUMNS)
+    writer.write_rows(rows)
+    writer.close()

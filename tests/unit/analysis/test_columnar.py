@@ -3,9 +3,6 @@ frames, a CSV that changed since is read as CSV, and a CSV the typed reader refu
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -13,41 +10,18 @@ from llm_locust.analysis.rundir.columnar import iter_request_frames, open_reques
 from llm_locust.analysis.rundir.csvread import complete_length, iter_typed
 from llm_locust.analysis.rundir.reader import LAZY_REQUEST_COLUMNS, RunDirError, read_requests
 from llm_locust.analysis.schema import REQUEST_SCHEMA, REQUESTS_ARROW
-from llm_locust.client.record import CSV_COLUMNS, RequestRecord
-from llm_locust.master.runwriter import CsvAppender, RunDirectory
-from tests.analysis_factories import T0
+from llm_locust.client.record import CSV_COLUMNS
+from llm_locust.master.runwriter import RunDirectory
+from tests.analysis_factories import write_writer_rows, writer_rows
 
 ALL = tuple(c.name for c in REQUEST_SCHEMA)
-
-
-def _records(n: int, seed: int = 0) -> list[tuple]:
-    """Rows with failures, quoted cells (commas, quotes, CRLF), NaN cells and per-event times."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for i in range(n):
-        failed = rng.random() < 0.2
-        record = RequestRecord(
-            request_id=f"w-{i}", worker_id="w,1", name="chat", t_start_s=T0 + i * 0.37, headers_ms=float(rng.random()),
-            ttft_ms=math.nan if failed else float(rng.uniform(10, 90)), e2e_ms=float(rng.uniform(100, 900)),
-            output_tokens=int(rng.integers(0, 64)), error_kind="http_5xx" if failed else "",
-            error_message='said "no", then\r\nclosed' if failed else "", connect_ms=math.nan if i % 3 else 0.25,
-            token_times_us=" ".join(str(t) for t in sorted(rng.integers(1, 10**6, 5))), event_tokens="1 1 1 1 1",
-        )  # fmt: skip
-        rows.append(record.to_row())
-    return rows
-
-
-def _write(path, rows) -> None:
-    writer = CsvAppender(path, CSV_COLUMNS)
-    writer.write_rows(rows)
-    writer.close()
 
 
 def _write_with_cell(path, rows, row: int, column: str, cell: str) -> None:
     """Write ``rows`` with ``cell`` as the text of ``column`` in data row ``row`` (from 0)."""
     rows = [list(r) for r in rows]
     rows[row][CSV_COLUMNS.index(column)] = cell
-    _write(path, rows)
+    write_writer_rows(path, rows)
 
 
 def _csv_only(path, **kwargs) -> tuple[pd.DataFrame, list[str]]:
@@ -65,7 +39,7 @@ def _csv_only(path, **kwargs) -> tuple[pd.DataFrame, list[str]]:
 @pytest.mark.parametrize("unread", [(), LAZY_REQUEST_COLUMNS])
 def test_the_arrow_file_gives_the_csv_readers_frame(tmp_path, unread):
     path = tmp_path / "requests.csv"
-    _write(path, _records(3000))
+    write_writer_rows(path, writer_rows(3000, worker_id="w,1"))
     assert write_requests_arrow(path) == tmp_path / REQUESTS_ARROW
     assert open_requests_arrow(path) is not None  # the columnar path is the one taken below
 
@@ -81,7 +55,7 @@ def test_the_arrow_file_gives_the_csv_readers_frame(tmp_path, unread):
 
 def test_blocks_from_the_arrow_file_are_the_csv_blocks(tmp_path):
     path = tmp_path / "requests.csv"
-    _write(path, _records(2000, seed=1))
+    write_writer_rows(path, writer_rows(2000, seed=1, worker_id="w,1"))
     write_requests_arrow(path)
     columns = ("t_start_s", "e2e_ms", "error_kind", "token_times_us", "event_tokens")
     length, _ = complete_length(path)
@@ -92,7 +66,7 @@ def test_blocks_from_the_arrow_file_are_the_csv_blocks(tmp_path):
 
 def test_a_partial_last_row_is_left_out_and_noted_on_both_paths(tmp_path):
     path = tmp_path / "requests.csv"
-    _write(path, _records(50))
+    write_writer_rows(path, writer_rows(50, worker_id="w,1"))
     with open(path, "ab") as file:
         file.write(b"w-50,w,chat,1764504000.5,1.5,")  # cut mid-write
     write_requests_arrow(path)
@@ -109,10 +83,10 @@ def test_a_partial_last_row_is_left_out_and_noted_on_both_paths(tmp_path):
 
 def test_a_csv_that_changed_since_is_read_as_csv(tmp_path):
     path = tmp_path / "requests.csv"
-    rows = _records(40)
-    _write(path, rows[:30])
+    rows = writer_rows(40, worker_id="w,1")
+    write_writer_rows(path, rows[:30])
     write_requests_arrow(path)
-    _write(path, rows[30:])  # appended after the Arrow file was written
+    write_writer_rows(path, rows[30:])  # appended after the Arrow file was written
 
     assert open_requests_arrow(path) is None
     frame = read_requests(path)
@@ -132,7 +106,7 @@ def test_a_csv_that_changed_since_is_read_as_csv(tmp_path):
 
 def test_no_arrow_file_for_a_csv_the_typed_reader_refuses(tmp_path):
     path = tmp_path / "requests.csv"
-    _write_with_cell(path, _records(20), 4, "headers_ms", "soon")
+    _write_with_cell(path, writer_rows(20, worker_id="w,1"), 4, "headers_ms", "soon")
 
     assert write_requests_arrow(path) is None
     assert not (tmp_path / REQUESTS_ARROW).exists() and not list(tmp_path.glob("*.tmp"))
@@ -142,13 +116,13 @@ def test_no_arrow_file_for_a_csv_the_typed_reader_refuses(tmp_path):
 
 def test_a_nan_spelled_otherwise_gets_no_arrow_file(tmp_path):
     path = tmp_path / "requests.csv"
-    _write_with_cell(path, _records(10), 2, "headers_ms", "nAn")
+    _write_with_cell(path, writer_rows(10, worker_id="w,1"), 2, "headers_ms", "nAn")
     assert write_requests_arrow(path) is None
 
 
 def test_the_master_writes_the_arrow_file_when_it_closes_the_run_directory(tmp_path):
     run_dir = RunDirectory(tmp_path / "run")
-    rows = _records(25)
+    rows = writer_rows(25, worker_id="w,1")
     run_dir.requests.write_rows(rows)
     assert not (tmp_path / "run" / REQUESTS_ARROW).exists()  # written at the end, not during the run
     run_dir.close()

@@ -13,38 +13,16 @@ from llm_locust.analysis.rundir import reader as rundir
 from llm_locust.analysis.rundir.csvread import complete_length, read_typed
 from llm_locust.analysis.rundir.reader import LAZY_REQUEST_COLUMNS, RunDirError, load_run, read_requests
 from llm_locust.analysis.schema import REQUEST_SCHEMA, SERVER_METRICS_SCHEMA
-from llm_locust.client.record import CSV_COLUMNS, RequestRecord
+from llm_locust.client.record import CSV_COLUMNS
 from llm_locust.master.runwriter import CsvAppender
-from tests.analysis_factories import T0, make_request, server_row, write_run_dir
+from tests.analysis_factories import T0, make_request, server_row, write_run_dir, write_writer_rows, writer_rows
 
 ALL = tuple(c.name for c in REQUEST_SCHEMA)
 
 
-def _records(n: int, seed: int = 0) -> list[tuple]:
-    rng = np.random.default_rng(seed)
-    rows = []
-    for i in range(n):
-        failed = rng.random() < 0.2
-        record = RequestRecord(
-            request_id=f"w-{i}", worker_id="w", name="chat", t_start_s=T0 + i * 0.37, headers_ms=float(rng.random()),
-            ttft_ms=math.nan if failed else float(rng.uniform(10, 90)), e2e_ms=float(rng.uniform(100, 900)),
-            output_tokens=int(rng.integers(0, 64)), error_kind="http_5xx" if failed else "",
-            error_message='said "no", then\r\nclosed' if failed else "", connect_ms=math.nan if i % 3 else 0.25,
-            token_times_us=" ".join(str(t) for t in sorted(rng.integers(1, 10**6, 5))), event_tokens="1 1 1 1 1",
-        )  # fmt: skip
-        rows.append(record.to_row())
-    return rows
-
-
-def _write(path, rows) -> None:
-    writer = CsvAppender(path, CSV_COLUMNS)
-    writer.write_rows(rows)
-    writer.close()
-
-
 def test_typed_reading_gives_the_string_readers_frame(tmp_path):
     path = tmp_path / "requests.csv"
-    _write(path, _records(300))
+    write_writer_rows(path, writer_rows(300))
     length, partial = complete_length(path)
 
     fast = read_typed(path, REQUEST_SCHEMA, ALL, length)
@@ -82,7 +60,7 @@ def test_a_cell_no_reader_takes_is_refused_with_its_row(tmp_path, cell):
 
 def test_a_last_row_longer_than_the_tail_read_first(tmp_path):
     path = tmp_path / "requests.csv"
-    rows = _records(3)
+    rows = writer_rows(3)
     long_message = ('x"y,\n' * 40_000).strip()  # 200 kB of quotes, commas and newlines
     row = list(rows[2])
     row[CSV_COLUMNS.index("error_message")] = long_message
@@ -103,7 +81,7 @@ def test_a_last_row_longer_than_the_tail_read_first(tmp_path):
 
 def test_the_lean_load_leaves_the_times_and_ids_unread(tmp_path):
     path = tmp_path / "requests.csv"
-    _write(path, _records(50))
+    write_writer_rows(path, writer_rows(50))
 
     lean = read_requests(path, unread=LAZY_REQUEST_COLUMNS)
     full = read_requests(path)
