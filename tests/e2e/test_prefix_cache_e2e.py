@@ -15,67 +15,32 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
-import sys
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.compare_recompute import step_requests
 from tests.e2e.conftest import embedded_server
+from tests.prefix_rounds import PrefixRounds, Round, compare_rounds, prefix_round, round_steps, round_verdict
 
 pytestmark = pytest.mark.slow
 
 INPUT_TOKENS = 512
 SHARED_PREFIX_TOKENS = 448
 BLOCK_TOKENS = 16
-COUNTERS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:prompt_tokens_total")
 # 1 ms of prefill per prompt token against a 20 ms decode step: the prefill is most of the TTFT
 SERVER_FLAGS = ["--prefill-ms-per-token", "1", "--block-size", str(BLOCK_TOKENS)]
 
 
-def _counters(url: str) -> dict[str, float]:
-    """The server's prefix-cache counters, read with prometheus_client's parser."""
-    text = urllib.request.urlopen(url + "/metrics", timeout=30).read().decode()
-    out = dict.fromkeys(COUNTERS, 0.0)
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in COUNTERS:
-                out[sample.name] += sample.value
-    return out
-
-
-@dataclass(frozen=True)
-class Round:
-    run_dir: Path
-    stdout: str
-    delta: dict[str, float]
-    """Increase of each of :data:`COUNTERS` over the run, from the test's own scrapes."""
+RUN_ARGS = [
+    "--timeout-s", "60", "--ladder", "1,2", "--dwell-s", "6", "--warmup-s", "1", "--max-tokens", "8",
+    "--input-tokens", str(INPUT_TOKENS), "--shared-prefix-tokens", str(SHARED_PREFIX_TOKENS),
+]  # fmt: skip
 
 
 def _round(url: str, run_dir: Path) -> Round:
-    before = _counters(url)
-    completed = subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "run", "--host", url, "--workers", "1", "--out", str(run_dir),
-         "--timeout-s", "60", "--ladder", "1,2", "--dwell-s", "6", "--warmup-s", "1", "--max-tokens", "8",
-         "--input-tokens", str(INPUT_TOKENS), "--shared-prefix-tokens", str(SHARED_PREFIX_TOKENS)],
-        capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
-    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
-    after = _counters(url)
-    return Round(run_dir, completed.stdout, {name: after[name] - before[name] for name in COUNTERS})
-
-
-@dataclass(frozen=True)
-class PrefixRounds:
-    off: Round
-    on: Round
-    compare_json: Path
-    compare_stdout: str
+    return prefix_round(url, run_dir, RUN_ARGS, timeout_s=180)
 
 
 @pytest.fixture(scope="module")
@@ -85,21 +50,7 @@ def rounds(tmp_path_factory) -> PrefixRounds:
         off = _round(url, tmp / "no-caching")
     with embedded_server(tmp_path_factory, max_num_seqs=8, extra=[*SERVER_FLAGS, "--enable-prefix-caching"]) as url:
         on = _round(url, tmp / "caching")
-    completed = subprocess.run(
-        [sys.executable, "-m", "llm_locust.cli", "compare", str(off.run_dir), str(on.run_dir), "--out",
-         str(tmp / "compare"), "-q"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
-    return PrefixRounds(off, on, tmp / "compare" / "compare.json", completed.stdout)
-
-
-def _steps(r: Round) -> pd.DataFrame:
-    return pd.read_csv(r.run_dir / "report" / "steps.csv")
-
-
-def _verdict(r: Round) -> dict:
-    return json.loads((r.run_dir / "report" / "verdict.json").read_text())
+    return compare_rounds(off, on, tmp / "compare", timeout_s=120)
 
 
 def test_hit_ratio_per_step_is_the_share_of_whole_blocks_the_prompts_share(rounds):
@@ -109,7 +60,7 @@ def test_hit_ratio_per_step_is_the_share_of_whole_blocks_the_prompts_share(round
     base = json.loads((on.run_dir / "run.json").read_text())["workload"]["input_calibration"]["base_tokens"]
     expected = (base + SHARED_PREFIX_TOKENS) // BLOCK_TOKENS * BLOCK_TOKENS / INPUT_TOKENS  # 448 / 512
     assert expected == pytest.approx(SHARED_PREFIX_TOKENS / INPUT_TOKENS, abs=BLOCK_TOKENS / INPUT_TOKENS)
-    steps = _steps(on)
+    steps = round_steps(on)
     assert len(steps) == 2
     for ratio in steps["prefix_cache_hit_ratio"]:
         assert ratio == pytest.approx(expected, abs=0.005), steps.T
@@ -123,22 +74,22 @@ def test_hit_ratio_per_step_is_the_share_of_whole_blocks_the_prompts_share(round
     off = rounds.off
     assert off.delta["vllm:prompt_tokens_total"] > 0 and off.delta["vllm:prefix_cache_queries_total"] == 0, off.delta
     assert off.delta["vllm:prefix_cache_hits_total"] == 0
-    assert (_steps(off)["prefix_cache_hit_ratio"] == 0).all() and (
-        _steps(off)["prefix_cache_queried_tokens"] == 0
+    assert (round_steps(off)["prefix_cache_hit_ratio"] == 0).all() and (
+        round_steps(off)["prefix_cache_queried_tokens"] == 0
     ).all()
 
 
 def test_the_prefix_cache_note_and_its_recommendation_only_without_caching(rounds):
     def rule(r: Round) -> dict:
-        return next(e for e in _verdict(r)["evidence"] if e["rule"] == "prefix_cache_unused")
+        return next(e for e in round_verdict(r)["evidence"] if e["rule"] == "prefix_cache_unused")
 
     off, on = rule(rounds.off), rule(rounds.on)
     assert off["holds"] and not on["holds"], (off, on)
     assert off["values"]["prefix_caching_configured"] == 0  # vllm:cache_config_info enable_prefix_caching
     assert off["values"]["shared_prefix_tokens"] == SHARED_PREFIX_TOKENS
-    flags = [r["flag"] for r in _verdict(rounds.off)["recommendations"] if r["because"] == "prefix_cache_unused"]
+    flags = [r["flag"] for r in round_verdict(rounds.off)["recommendations"] if r["because"] == "prefix_cache_unused"]
     assert flags == ["--enable-prefix-caching"]
-    assert not [r for r in _verdict(rounds.on)["recommendations"] if r["because"] == "prefix_cache_unused"]
+    assert not [r for r in round_verdict(rounds.on)["recommendations"] if r["because"] == "prefix_cache_unused"]
     assert "evidence [prefix_cache_unused]" in rounds.off.stdout and "[--enable-prefix-caching]" in rounds.off.stdout
     assert "prefix_cache_unused" in (rounds.off.run_dir / "report" / "summary.md").read_text()
     assert "prefix_cache_unused" not in rounds.on.stdout
@@ -157,5 +108,5 @@ def test_compare_attributes_the_ttft_difference_to_the_prefix_cache(rounds):
     assert "Attribution (round 2 vs round 1): prefix_cache" in rounds.compare_stdout
     hits = attribution["prefix_cache_hit_ratio"]
     assert hits["baseline"] == 0 and hits["round"] == pytest.approx(
-        _steps(rounds.on)["prefix_cache_hit_ratio"].mean(), abs=0.01
+        round_steps(rounds.on)["prefix_cache_hit_ratio"].mean(), abs=0.01
     )
