@@ -533,24 +533,43 @@ def _ceiling_queue(
         inflight = rows["client_inflight"].astype(float)
         queued &= ~(inflight <= ceiling + rules.waiting_threshold).to_numpy()
     full = (running >= rules.running_ceiling * ceiling).to_numpy()
-    for i in range(1, len(rows)):
-        if full[i] and queued[i:].all():
-            users = float(rows.at[i, column])
-            if knee.saturated_users is not None and knee.saturated_users <= users:
-                return knee
-            return replace(
-                knee,
-                users=float(rows.at[i - 1, column]),
-                saturated_step=int(rows.at[i, "step"]),
-                saturated_users=users,
-                stop_reason="requests queue at the configured batch ceiling",
-                evidence=knee.evidence
-                + (
-                    f"at {users:g} running {running[i]:.2f} sits at the configured ceiling {ceiling:g} and "
-                    f"{waiting[i]:.2f} wait, at this step and every later one: saturated there",
-                ),
-            )
-    return knee
+    i = _first_full_with_queue(full, queued)
+    if i is None:
+        return knee
+    return _saturated_at(
+        knee,
+        rows,
+        i,
+        column,
+        "requests queue at the configured batch ceiling",
+        f"at {float(rows.at[i, column]):g} running {running[i]:.2f} sits at the configured ceiling {ceiling:g} and "
+        f"{waiting[i]:.2f} wait, at this step and every later one: saturated there",
+    )
+
+
+def _first_full_with_queue(full: np.ndarray, queued: np.ndarray) -> int | None:
+    """The first row after the first one that is ``full`` with a queue there and at every
+    later row (``queued``), None when there is none."""
+    return next((i for i in range(1, len(full)) if full[i] and queued[i:].all()), None)
+
+
+def _saturated_at(
+    knee: CriticalConcurrency, rows: pd.DataFrame, i: int, column: str, stop_reason: str, line: str
+) -> CriticalConcurrency:
+    """``knee`` saturated at row ``i`` of ``rows`` (the load-sorted usable steps), critical at
+    the row before, with ``line`` added to its evidence - unchanged when ``knee`` already
+    saturates there or earlier."""
+    users = float(rows.at[i, column])
+    if knee.saturated_users is not None and knee.saturated_users <= users:
+        return knee
+    return replace(
+        knee,
+        users=float(rows.at[i - 1, column]),
+        saturated_step=int(rows.at[i, "step"]),
+        saturated_users=users,
+        stop_reason=stop_reason,
+        evidence=knee.evidence + (line,),
+    )
 
 
 def _replica_ceiling_queue(
@@ -578,30 +597,22 @@ def _replica_ceiling_queue(
         ceiling = float(ceilings[name] or 0)
         running = rows[replica_column("server_running", name)].astype(float).to_numpy()
         waiting = rows[replica_column("server_waiting", name)].astype(float).to_numpy()
-        queued = waiting > rules.waiting_threshold
-        full = running >= ceiling - slack(ceiling, rules)
-        at = next((i for i in range(1, len(rows)) if full[i] and queued[i:].all()), None)
+        at = _first_full_with_queue(running >= ceiling - slack(ceiling, rules), waiting > rules.waiting_threshold)
         if at is not None and (first is None or at < first[0]):
             first = (at, name)
     if first is None:
         return knee
     i, name = first
-    users = float(rows.at[i, column])
-    if knee.saturated_users is not None and knee.saturated_users <= users:
-        return knee
     running = float(rows.at[i, replica_column("server_running", name)])
     waiting = float(rows.at[i, replica_column("server_waiting", name)])
-    return replace(
+    return _saturated_at(
         knee,
-        users=float(rows.at[i - 1, column]),
-        saturated_step=int(rows.at[i, "step"]),
-        saturated_users=users,
-        stop_reason=f"requests queue at replica {name}'s configured batch ceiling",
-        evidence=knee.evidence
-        + (
-            f"at {users:g} replica {name} runs {running:.2f} of its configured ceiling {ceilings[name]} and "
-            f"{waiting:.2f} wait there, at this step and every later one: saturated there",
-        ),
+        rows,
+        i,
+        column,
+        f"requests queue at replica {name}'s configured batch ceiling",
+        f"at {float(rows.at[i, column]):g} replica {name} runs {running:.2f} of its configured ceiling "
+        f"{ceilings[name]} and {waiting:.2f} wait there, at this step and every later one: saturated there",
     )
 
 
