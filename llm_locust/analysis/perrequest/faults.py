@@ -191,9 +191,9 @@ def step_faults(requests: pd.DataFrame, windows: pd.DataFrame, spells: pd.DataFr
         requests["error_kind"].astype(str) if "error_kind" in requests.columns else pd.Series("", index=requests.index)
     )
     answered, failed = kinds == "", (kinds != "") & (kinds != "interrupted")
-    cut = connection_failures(kinds, _status(requests))[1]
-    cut_end = end[cut].to_numpy("float64")
     status = _status(requests)
+    cut = connection_failures(kinds, status)[1]
+    cut_end = end[cut].to_numpy("float64")
     gateway_timeout = failed.to_numpy(bool) & (status == 504 if status is not None else False)
     timeout_end = end[gateway_timeout].to_numpy("float64")
     starts = requests["t_start_s"].astype(float)
